@@ -102,7 +102,7 @@ size, count, endpoint = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 ctx = zmq.Context()
 push = ctx.socket(zmq.PUSH)
 push.connect(endpoint)
-payload = np.zeros(size, np.uint8)
+payload = np.random.default_rng(0).integers(0, 256, size, np.uint8)  # like W3's noise
 for _ in range(count):
     push.send(payload, copy=size < 65536)
 push.close(linger=-1)
@@ -247,7 +247,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--scalars", type=int, default=200_000)
-    parser.add_argument("--tensors", type=int, default=100)
+    parser.add_argument("--tensors", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=20_000)
     args = parser.parse_args()
     print(f"zmqdata {zd.__version__}, {os.cpu_count()} cores, 1 worker process\n")

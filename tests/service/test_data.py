@@ -8,6 +8,7 @@ import pytest
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal
 from zmqdata import service
+from zmqdata._client import reader
 
 
 def mixed(i: int) -> dict:
@@ -112,3 +113,31 @@ def test_big_elements_arrive_bit_exact(cluster, nbytes, compression, protocol):
     assert got.dtype == want.dtype
     assert got.shape == want.shape == (nbytes,)
     assert np.array_equal(got, want)
+
+
+@pytest.fixture
+def small_requests(monkeypatch):
+    """One element per request, two requests in flight per task: the last
+    request of a finished task is answered by an empty end-of-input reply."""
+    monkeypatch.setattr(reader, "REQUEST_BYTES", 1)
+
+
+def numbered(i) -> np.ndarray:
+    return np.full(25_000, i, np.int32)  # 100 kB
+
+
+def test_large_elements_are_pipelined_in_order_and_end(cluster, small_requests):
+    c = cluster(num_workers=1)
+    ds = zd.Dataset.range(120).map(numbered)
+    ds = ds.apply(service.distribute("parallel_epochs", c.target, compression=None))
+    got = [int(array[0]) for array in ds]
+    assert got == list(range(120))
+
+
+def test_large_elements_pipelined_from_two_workers_exactly_once(
+    cluster, small_requests
+):
+    c = cluster(num_workers=2)
+    ds = zd.Dataset.range(200).map(numbered)
+    ds = ds.apply(service.distribute("distributed_epoch", c.target, compression=None))
+    assert sorted(int(array[0]) for array in ds) == list(range(200))

@@ -2,10 +2,17 @@
 
 The fetcher owns every client socket: a DEALER to the dispatcher (heartbeats
 that carry task lists and end-of-input) and one DEALER per worker data
-endpoint. It keeps at most ``max_outstanding`` elements requested or buffered,
-at most one request in flight per task (workers long-poll, so the first
-element of any task arrives as soon as it exists), and hands decoded batches
-to the trainer through a queue. Order across tasks is first-come-first-served.
+endpoint. It keeps at most ``max_outstanding`` elements requested or buffered
+(workers long-poll, so the first element of any task arrives as soon as it
+exists), and hands decoded batches to the trainer through a queue. Order
+across tasks is first-come-first-served.
+
+A task has one request in flight, for its share of the free credit; workers
+answer with everything buffered, so small elements arrive in large batches.
+When that share is more than ``REQUEST_BYTES`` of elements (large arrays), a
+task gets requests of about ``REQUEST_BYTES`` each, ``PIPELINED_REQUESTS`` of
+them in flight, so the link never idles while the next request travels.
+Replies on one connection keep their order, so one worker's order is kept.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_OUTSTANDING = 1024
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
+REQUEST_BYTES = 16 * 2**20
+"""Large elements are asked for about this many bytes per request, ..."""
+PIPELINED_REQUESTS = 2
+"""... with this many requests in flight per task (see the module docstring)."""
 _END = object()
 _QUEUE_POLL_S = 0.1
 
@@ -70,10 +81,15 @@ class _Failure:
 class _Task:
     task_id: int
     endpoint: str
-    outstanding: int = 0
+    requests: dict[int, int] = field(default_factory=dict)
+    """Requests in flight: request id -> elements asked for."""
     finished: bool = False
     retry_at: float = 0.0
     retries: int = 0
+
+    @property
+    def outstanding(self) -> int:
+        return sum(self.requests.values())
 
 
 @dataclass
@@ -112,6 +128,7 @@ class Fetcher(PollLoop):
         # fails the read with PermissionDeniedError instead of a silent stall.
         self._monitors: dict[zmq.Socket[Any], tuple[zmq.Socket[Any], str]] = {}
         self._in_flight = 0
+        self._requests: dict[int, _Task] = {}
         self._finished = False
         self._done = False
         self._initial = state
@@ -191,7 +208,9 @@ class Fetcher(PollLoop):
 
     def _heartbeat(self, now: float) -> None:
         self._request_id += 1
-        finished = [t.task_id for t in self._tasks.values() if t.finished]
+        finished = [
+            t.task_id for t in self._tasks.values() if t.finished and not t.requests
+        ]
         heartbeat = m.ClientHeartbeat(
             request_id=self._request_id,
             client_id=self._client_id,
@@ -240,6 +259,8 @@ class Fetcher(PollLoop):
             if task_id not in listed:  # its worker is gone: skip what it owed us
                 task = self._tasks.pop(task_id)
                 self._in_flight -= task.outstanding
+                for request_id in task.requests:
+                    self._requests.pop(request_id, None)
         self._finished = state.finished
         self._maybe_end()
 
@@ -272,17 +293,21 @@ class Fetcher(PollLoop):
         if self._done:
             return
         now = time.monotonic()
-        idle = [
-            t for t in self._readable_tasks() if not t.outstanding and t.retry_at <= now
-        ]
+        readable = self._readable_tasks()
+        chunk = self._pipelined_chunk(len(readable))
+        depth = 1 if chunk is None else PIPELINED_REQUESTS
+        idle = [t for t in readable if len(t.requests) < depth and t.retry_at <= now]
         free = self._free_credit()
         self._counters.starved = bool(idle) and free <= 0
         for task in idle:
             if free <= 0:
                 return
             n = max(1, free // len(idle))
+            if chunk is not None:
+                n = min(n, chunk)
+            self._request_id += 1
             request = m.GetElements(
-                request_id=task.task_id,
+                request_id=self._request_id,
                 task_id=task.task_id,
                 client_id=self._client_id,
                 max_elements=n,
@@ -296,9 +321,22 @@ class Fetcher(PollLoop):
                 task.retries += 1
                 task.retry_at = now + min(0.1, 0.002 * 2**task.retries)
                 continue
-            task.outstanding = n
+            task.requests[self._request_id] = n
+            self._requests[self._request_id] = task
             self._in_flight += n
             free -= n
+
+    def _pipelined_chunk(self, tasks: int) -> int | None:
+        """Elements per pipelined request, or None to ask for the whole share.
+
+        Requests are pipelined when a task's share of credit is worth more
+        than ``REQUEST_BYTES`` of elements (by the running average size).
+        """
+        sizes = self._counters.sizes
+        if not sizes or not tasks:
+            return None
+        chunk = max(1, REQUEST_BYTES * len(sizes) // max(1, sum(sizes)))
+        return chunk if chunk < self._capacity // tasks else None
 
     def _free_credit(self) -> int:
         counters = self._counters
@@ -320,14 +358,19 @@ class Fetcher(PollLoop):
             return
         if not isinstance(header, m.Elements):
             return
-        task = self._tasks.get(header.task_id)
-        if task is None:
+        task = self._requests.pop(header.request_id, None)
+        if task is None or task.task_id not in self._tasks:
             return  # the task was dropped meanwhile
-        self._in_flight -= task.outstanding
-        task.outstanding, task.retries = 0, 0
+        self._in_flight -= task.requests.pop(header.request_id, 0)
+        task.retries = 0
         self._deliver(*decode_elements(header, parts))
         if header.end_of_sequence:
             task.finished = True
+        self._report_if_finished(task)
+
+    def _report_if_finished(self, task: _Task) -> None:
+        """Reports a task ended once nothing more is owed by it."""
+        if task.finished and not task.requests:
             self._heartbeat(time.monotonic())
             self._maybe_end()
 
@@ -340,11 +383,13 @@ class Fetcher(PollLoop):
             self._out.put((elements, nbytes))
 
     def _on_worker_error(self, error: m.Error) -> None:
-        task = self._tasks.get(error.request_id)  # GetElements uses the task id
+        task = self._requests.pop(error.request_id, None)
         if task is not None and error.code == "NOT_FOUND":
             # The worker has not started the task yet: ask again soon.
-            self._in_flight -= task.outstanding
-            task.outstanding = 0
+            self._in_flight -= task.requests.pop(error.request_id, 0)
+            if task.finished:
+                self._report_if_finished(task)
+                return
             task.retries += 1
             task.retry_at = time.monotonic() + min(0.1, 0.002 * 2**task.retries)
             return

@@ -259,7 +259,12 @@ class DataLoop(PollLoop):
         elif finished and runner.buffer.error is not None:
             self._reply_error(request, *runner.buffer.error)
         elif finished:
-            header = m.Elements(task_id=message.task_id, count=0, end_of_sequence=True)
+            header = m.Elements(
+                request_id=message.request_id,
+                task_id=message.task_id,
+                count=0,
+                end_of_sequence=True,
+            )
             self.stats.served(0, 0)
             runner.stats.served(0, 0)
             sock.send_multipart([peer, m.encode(header)])
