@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 
 import zmqdata as zd
@@ -9,7 +13,9 @@ from tests.dispatcher.test_replay import tables
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher.journal import FILE_NAME, Journal, encode_event
+from zmqdata._dispatcher import journal as journal_module
+from zmqdata._dispatcher import snapshot
+from zmqdata._dispatcher.journal import Journal, encode_event
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 from zmqdata.errors import FailedPreconditionError
@@ -34,7 +40,7 @@ def test_a_torn_last_record_is_cut_off(tmp_path):
     with Journal(str(tmp_path)) as journal:
         for event in EVENTS:
             journal.append(event)
-    path = tmp_path / FILE_NAME
+    path = journal.path
     path.write_bytes(path.read_bytes() + encode_event(ev.TaskFinished(9))[:-3])
     with Journal(str(tmp_path)) as journal:
         assert list(journal.replay()) == EVENTS
@@ -45,37 +51,81 @@ def test_a_torn_last_record_is_cut_off(tmp_path):
 
 def test_a_corrupt_record_refuses_to_replay(tmp_path):
     record = encode_event(ev.TaskFinished(1))
-    (tmp_path / FILE_NAME).write_bytes(record[:4] + b"\xc1" * (len(record) - 4))
+    (tmp_path / "journal-0.log").write_bytes(record[:4] + b"\xc1" * (len(record) - 4))
     with Journal(str(tmp_path)) as journal, pytest.raises(FailedPreconditionError):
         list(journal.replay())
 
 
+def dynamic_job_with_splits(
+    journal: Journal, splits: int
+) -> tuple[DispatcherState, m.GetSplit]:
+    """A fault-tolerant state: a worker, a named DYNAMIC job, ``splits`` handed out.
+
+    Returns the state and the request for the job's next split.
+    """
+    config = DispatcherConfig(work_dir=str(journal.directory), fault_tolerant_mode=True)
+    live = DispatcherState(config, journal)
+    register = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
+    live.handle(b"w", register, 0.0)
+    pipeline = graph.serialize(zd.Dataset.range(1_000)._node)
+    [(_, dataset)] = live.handle(b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0.1)
+    job_request = m.GetOrCreateJob(
+        dataset_id=dataset.dataset_id, processing_mode=1, job_name="j"
+    )
+    [(_, job)] = live.handle(b"c", job_request, 0.2)
+    out = live.handle(
+        b"c", m.GetOrCreateIteration(job_id=job.job_id, repetition=0), 0.3
+    )
+    split = m.GetSplit(iteration_id=out[0][1].iteration_id, repetition=0)
+    for _ in range(splits):
+        live.handle(b"w", split, 0.4)
+    return live, split
+
+
+@contextmanager
+def reopened(work_dir: Path) -> Iterator[DispatcherState]:
+    """The state a restarted dispatcher rebuilds from ``work_dir``."""
+    config = DispatcherConfig(work_dir=str(work_dir), fault_tolerant_mode=True)
+    with Journal(str(work_dir)) as journal:
+        yield DispatcherState(config, journal, now=100.0)
+
+
 def test_a_state_replayed_from_its_journal_equals_the_live_one(tmp_path):
-    config = DispatcherConfig(work_dir=str(tmp_path), fault_tolerant_mode=True)
     with Journal(str(tmp_path)) as journal:
-        live = DispatcherState(config, journal)
-        register = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
-        live.handle(b"w", register, 0.0)
-        pipeline = graph.serialize(zd.Dataset.range(1_000)._node)
-        [(_, dataset)] = live.handle(
-            b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0.1
-        )
-        job_request = m.GetOrCreateJob(
-            dataset_id=dataset.dataset_id, processing_mode=1, job_name="j"
-        )
-        [(_, job)] = live.handle(b"c", job_request, 0.2)
-        out = live.handle(
-            b"c", m.GetOrCreateIteration(job_id=job.job_id, repetition=0), 0.3
-        )
-        iteration = out[0][1]
-        for _ in range(3):
-            live.handle(
-                b"w", m.GetSplit(iteration_id=iteration.iteration_id, repetition=0), 0.4
-            )
-    with Journal(str(tmp_path)) as journal:
-        replayed = DispatcherState(config, journal, now=100.0)
+        live, split = dynamic_job_with_splits(journal, 3)
+    with reopened(tmp_path) as replayed:
         assert tables(replayed) == tables(live)
         assert replayed.workers[1].last_seen == 100.0  # clocks restart at replay
-        split = m.GetSplit(iteration_id=iteration.iteration_id, repetition=0)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
-        assert reply.split == [3 * 15, 4 * 15]  # the 4th split: none handed out twice
+    assert reply.split == [3 * 15, 4 * 15]  # the 4th split: none handed out twice
+
+
+def test_compaction_snapshots_the_state_and_starts_a_short_journal(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(journal_module, "COMPACT_MIN_EVENTS", 8)
+    with Journal(str(tmp_path)) as journal:
+        live, split = dynamic_job_with_splits(journal, 40)
+        assert journal.generation >= 2
+        assert journal.events < 40  # not every split since the start
+    files = sorted(p.name for p in tmp_path.iterdir() if p.name != "incarnation")
+    generation = journal.generation
+    assert files == [f"journal-{generation}.log", f"snapshot-{generation}.msgpack"]
+    with reopened(tmp_path) as replayed:
+        assert tables(replayed) == tables(live)
+        [(_, reply)] = replayed.handle(b"w", split, 100.0)
+    assert reply.split == [40 * 15, 41 * 15]  # the 41st split: none handed out twice
+
+
+def test_a_crash_between_snapshot_and_new_journal_applies_nothing_twice(tmp_path):
+    with Journal(str(tmp_path)) as journal:
+        live, split = dynamic_job_with_splits(journal, 5)
+    # The crash: the next generation's snapshot is in place, the old journal too.
+    (tmp_path / "snapshot-1.msgpack").write_bytes(snapshot.dump(live))
+    (tmp_path / "snapshot-2.msgpack.tmp").write_bytes(b"half a snapsh")
+    with reopened(tmp_path) as replayed:
+        assert tables(replayed) == tables(live)
+        [(_, reply)] = replayed.handle(b"w", split, 100.0)
+    assert reply.split == [5 * 15, 6 * 15]
+    assert not (tmp_path / "journal-0.log").exists()
+    assert not list(tmp_path.glob("*.tmp"))

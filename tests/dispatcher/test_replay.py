@@ -59,7 +59,8 @@ def one(state: DispatcherState, message: m.Message, peer: bytes, now: float) -> 
     return answer
 
 
-def test_replaying_the_event_log_rebuilds_the_state():
+def dynamic_and_off_jobs() -> tuple[RecordingState, m.IterationState, m.IterationState]:
+    """A live state: named DYNAMIC job with splits, a finished OFF job, a lost worker."""
     state = RecordingState(DispatcherConfig(worker_timeout_ms=1_000))
     register = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
     w1 = one(state, register, b"w1", 0.0).worker_id
@@ -85,7 +86,11 @@ def test_replaying_the_event_log_rebuilds_the_state():
     one(state, m.ReleaseIterationClient(client_id=second.client_id), b"e", 0.7)
     one(state, m.WorkerHeartbeat(worker_id=w1), b"w1", 0.8)
     state.tick(now=1.5)  # worker 2 timed out (worker 1 heartbeated at 0.8)
+    return state, first, second
 
+
+def test_replaying_the_event_log_rebuilds_the_state():
+    state, first, second = dynamic_and_off_jobs()
     assert {type(e) for e in state.log} == {
         ev.WorkerRegistered, ev.WorkerRemoved, ev.DatasetRegistered, ev.JobCreated,
         ev.IterationCreated, ev.TaskCreated, ev.TaskFinished, ev.SplitProduced,
@@ -99,7 +104,8 @@ def test_replaying_the_event_log_rebuilds_the_state():
     assert state.iterations[first.iteration_id].split_repetition == 1
 
 
-def test_replay_rebuilds_worker_indices_and_collected_iterations():
+def collected_static_job() -> tuple[RecordingState, m.IterationState]:
+    """A live state: indexed workers, a static-sharding job whose iteration was GC'ed."""
     config = DispatcherConfig(
         worker_addresses=("h:%port%", "h:%port%"),
         worker_timeout_ms=1_000,
@@ -134,7 +140,11 @@ def test_replay_rebuilds_worker_indices_and_collected_iterations():
     assert state.iterations[first.iteration_id].collected
     again = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 2.1)
     assert again.iteration_id != first.iteration_id
+    return state, first
 
+
+def test_replay_rebuilds_worker_indices_and_collected_iterations():
+    state, first = collected_static_job()
     assert {ev.IterationCollected, ev.ClientReleased} <= {type(e) for e in state.log}
     replayed = ClusterRecords()
     for event in state.log:

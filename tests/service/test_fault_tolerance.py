@@ -9,6 +9,7 @@ import pytest
 import zmqdata as zd
 from tests.service.cluster import free_port
 from zmqdata import errors, service
+from zmqdata._dispatcher import journal
 
 
 def restart_dispatcher(c) -> None:
@@ -38,9 +39,12 @@ def test_parallel_epochs_continues_in_order_across_a_restart(cluster, tmp_path):
     assert got == list(range(100))
 
 
+@pytest.mark.parametrize("compact_every", [None, 5], ids=["journal", "compacting"])
 def test_dynamic_with_repeat_hands_no_split_out_twice_across_a_restart(
-    cluster, tmp_path
+    cluster, tmp_path, monkeypatch, compact_every
 ):
+    if compact_every is not None:  # snapshots (of ~1 kB) every few splits
+        monkeypatch.setattr(journal, "COMPACT_MIN_EVENTS", compact_every)
     c = ft_cluster(cluster, tmp_path, num_workers=2)
     ds = (
         zd.Dataset.range(300)
@@ -56,6 +60,8 @@ def test_dynamic_with_repeat_hands_no_split_out_twice_across_a_restart(
         restart_dispatcher(c)
         got += [int(x) for x in iterator]
     assert Counter(got) == {i: 3 for i in range(300)}
+    if compact_every is not None:
+        assert list(tmp_path.glob("snapshot-*.msgpack"))
 
 
 def test_named_jobs_and_dataset_ids_survive_a_restart(cluster, tmp_path):

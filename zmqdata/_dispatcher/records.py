@@ -14,12 +14,22 @@ from collections.abc import Callable
 from typing import Any
 
 from zmqdata._dataset import graph
+from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
+
+
+def split_source(pipeline: bytes) -> Node | None:
+    """The splittable source of a serialized pipeline (functions not loaded)."""
+    root = graph.deserialize(pipeline, load_functions=False)
+    try:
+        return find_split_source(root)
+    except InvalidArgumentError:
+        return None
 
 
 class ClusterRecords:
@@ -90,18 +100,13 @@ class ClusterRecords:
             self._check_finished(iteration)
 
     def _dataset_registered(self, e: ev.DatasetRegistered) -> None:
-        root = graph.deserialize(e.pipeline, load_functions=False)
-        try:
-            source: Any = find_split_source(root)
-        except InvalidArgumentError:
-            source = None
         self.datasets[e.dataset_id] = model.Dataset(
             e.dataset_id,
             e.pipeline,
             e.fingerprint,
             e.compression,
             e.element_spec,
-            source,
+            split_source(e.pipeline),
         )
         self.datasets_by_fingerprint.setdefault(e.fingerprint, e.dataset_id)
         if e.dataset_id.isdigit():

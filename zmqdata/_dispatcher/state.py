@@ -29,7 +29,7 @@ from zmqdata._dataset import graph
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher import model
+from zmqdata._dispatcher import model, snapshot
 from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._version import __version__
@@ -177,6 +177,9 @@ class DispatcherState(ClusterRecords):
         self.incarnation = incarnation
         self._journal: Journal | None = None
         if journal is not None:
+            data = journal.snapshot()
+            if data is not None:
+                snapshot.load(self, data)
             for event in journal.replay():
                 ClusterRecords.apply(self, event)
             self._restart_clocks(now)
@@ -201,10 +204,15 @@ class DispatcherState(ClusterRecords):
         }
 
     def apply(self, event: ev.Event) -> None:
-        """Journals the event (fsync) when fault tolerant, then applies it."""
+        """Journals the event (fsync) when fault tolerant, then applies it.
+
+        The journal is compacted into a snapshot when that is due.
+        """
         if self._journal is not None:
             self._journal.append(event)
         super().apply(event)
+        if self._journal is not None and self._journal.wants_compaction:
+            self._journal.compact(snapshot.dump(self))
 
     def _restart_clocks(self, now: float) -> None:
         """After a replay every peer counts as just seen, as in tf.data.

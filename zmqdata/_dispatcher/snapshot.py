@@ -1,0 +1,87 @@
+"""Snapshots of the dispatcher's records, so the journal can be compacted.
+
+``dump`` writes every table of ``ClusterRecords`` as one msgpack map; ``load``
+rebuilds the tables from it. A state loaded from a snapshot equals the state it
+was taken from (only each dataset's split source is derived again, from its
+pipeline, as ``apply`` does). The journal (``journal.py``) stores a snapshot and
+the events that followed it.
+
+>>> from zmqdata._dispatcher import events as ev
+>>> records = ClusterRecords()
+>>> records.apply(ev.WorkerRegistered(3, b"p", "h:1", "tcp://h:1", (), "", "", 0.0, None))
+>>> copy = ClusterRecords()
+>>> load(copy, dump(records))
+>>> copy.workers == records.workers, copy.next_id
+(True, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgpack
+
+from zmqdata._dispatcher import model
+from zmqdata._dispatcher.records import ClusterRecords, split_source
+
+FORMAT = 1
+
+
+def _row(record: Any, *skip: str) -> dict[str, Any]:
+    """A record's fields (sets as sorted lists), without ``skip``."""
+    row = {}
+    for field in dataclasses.fields(record):
+        if field.name not in skip:
+            value = getattr(record, field.name)
+            row[field.name] = sorted(value) if isinstance(value, set) else value
+    return row
+
+
+def dump(records: ClusterRecords) -> bytes:
+    """Every table of ``records``, as bytes for :func:`load`."""
+    body = {
+        "format": FORMAT,
+        "workers": [_row(w) for w in records.workers.values()],
+        "datasets": [_row(d, "split_source") for d in records.datasets.values()],
+        "jobs": [_row(j) for j in records.jobs.values()],
+        "iterations": [_row(i, "tasks") for i in records.iterations.values()],
+        "tasks": [_row(t) for t in records.tasks.values()],
+        "clients": [_row(c) for c in records.clients.values()],
+        "by_fingerprint": records.datasets_by_fingerprint,
+        "named_jobs": [[*key, job_id] for key, job_id in records.named_jobs.items()],
+        "collected_clients": records.collected_clients,
+        "next_id": records.next_id,
+    }
+    data: bytes = msgpack.packb(body)
+    return data
+
+
+def load(records: ClusterRecords, data: bytes) -> None:
+    """Fills the (empty) ``records`` with the tables :func:`dump` wrote."""
+    body = msgpack.unpackb(data, strict_map_key=False)
+    if body.get("format") != FORMAT:
+        raise ValueError(f"unknown snapshot format {body.get('format')!r}")
+    for row in body["workers"]:
+        records.workers[row["worker_id"]] = model.Worker(**row)
+    for row in body["datasets"]:
+        source = split_source(row["pipeline"])
+        records.datasets[row["dataset_id"]] = model.Dataset(**row, split_source=source)
+    for row in body["jobs"]:
+        records.jobs[row["job_id"]] = model.Job(**row)
+    for row in body["iterations"]:
+        iteration = model.Iteration(**row)
+        iteration.clients = set(iteration.clients)
+        iteration.former_clients = set(iteration.former_clients)
+        iteration.schedule = [(start, ids) for start, ids in iteration.schedule]
+        records.iterations[iteration.iteration_id] = iteration
+    for row in body["tasks"]:
+        task = model.Task(**row)
+        records.tasks[task.task_id] = task
+        records.iterations[task.iteration_id].tasks[task.task_id] = task
+    for row in body["clients"]:
+        records.clients[row["client_id"]] = model.Client(**row)
+    records.datasets_by_fingerprint = dict(body["by_fingerprint"])
+    records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
+    records.collected_clients = dict(body["collected_clients"])
+    records.next_id = body["next_id"]
