@@ -100,7 +100,9 @@ def test_replaying_the_event_log_rebuilds_the_state():
     for event in state.log:
         replayed.apply(event)
     assert tables(replayed) == tables(state)
-    assert state.iterations[second.iteration_id].finished
+    # The finished, released unnamed job is forgotten; the named one stays.
+    assert second.iteration_id not in state.iterations
+    assert len(state.jobs) == 1
     assert state.iterations[first.iteration_id].split_repetition == 1
 
 
@@ -151,3 +153,39 @@ def test_replay_rebuilds_worker_indices_and_collected_iterations():
         replayed.apply(event)
     assert tables(replayed) == tables(state)
     assert replayed.collected_clients == {first.client_id: first.iteration_id}
+
+
+def test_unnamed_jobs_are_forgotten_once_over_so_tables_stay_bounded():
+    state = RecordingState(
+        DispatcherConfig(
+            worker_timeout_ms=10_000,
+            client_timeout_ms=10_000,
+            job_gc_check_interval_ms=100,
+            job_gc_timeout_ms=1_000,
+        )
+    )
+    register = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
+    worker = one(state, register, b"w", 0.0).worker_id
+    pipeline = graph.serialize(zd.Dataset.range(10)._node)
+    dataset = one(state, m.GetOrRegisterDataset(pipeline=pipeline), b"c", 0.0)
+    unnamed = m.GetOrCreateJob(dataset_id=dataset.dataset_id, processing_mode=OFF)
+    for _ in range(50):  # read to the end, then leave
+        job = one(state, unnamed, b"c", 0.1).job_id
+        it = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.1)
+        done = [t["task_id"] for t in it.tasks]
+        heartbeat = m.ClientHeartbeat(client_id=it.client_id, finished_tasks=done)
+        one(state, heartbeat, b"c", 0.2)
+        one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.3)
+    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
+    job = one(state, unnamed, b"c", 0.4).job_id  # left early: collected by job GC
+    it = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.4)
+    one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.5)
+    for now in (1.0, 1.6, 2.0):
+        one(state, m.WorkerHeartbeat(worker_id=worker), b"w", now)
+        state.tick(now=now)
+    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
+    assert state.collected_clients == {it.client_id: it.iteration_id}
+    replayed = ClusterRecords()
+    for event in state.log:
+        replayed.apply(event)
+    assert tables(replayed) == tables(state)

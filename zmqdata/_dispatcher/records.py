@@ -22,6 +22,10 @@ from zmqdata.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
+COLLECTED_CLIENTS_KEPT = 10_000
+"""Clients of collected iterations remembered (oldest forgotten first), so one
+that comes back hears why its iteration is gone."""
+
 
 def split_source(pipeline: bytes) -> Node | None:
     """The splittable source of a serialized pipeline (functions not loaded)."""
@@ -188,8 +192,11 @@ class ClusterRecords:
             del job.iterations[iteration.repetition]
         for client_id in iteration.former_clients:
             self.collected_clients[client_id] = e.iteration_id
+        while len(self.collected_clients) > COLLECTED_CLIENTS_KEPT:
+            del self.collected_clients[next(iter(self.collected_clients))]
         iteration.former_clients.clear()
         logger.info("iteration %d garbage collected", e.iteration_id)
+        self._forget_if_anonymous(iteration)
 
     # ------------------------------------------------------------ consequences
 
@@ -206,3 +213,16 @@ class ClusterRecords:
             for task_id in iteration.tasks:
                 del self.tasks[task_id]
             iteration.tasks.clear()
+            self._forget_if_anonymous(iteration)
+
+    def _forget_if_anonymous(self, iteration: model.Iteration) -> None:
+        """Drops a retired or collected iteration of an unnamed job, and the job.
+
+        An unnamed job belongs to one iterator and has one iteration: once that
+        is over nothing can name it again, so the dispatcher's tables grow with
+        the jobs running, not with every job ever run.
+        """
+        job = self.jobs[iteration.job_id]
+        if job.name is None:
+            del self.iterations[iteration.iteration_id]
+            del self.jobs[job.job_id]
