@@ -24,8 +24,8 @@ def test_dispatcher_and_worker_serve_a_client_and_exit_0_on_sigterm():
         with zmqdata("worker", "--dispatcher", target) as worker:
             address_of(worker)
             poll_for(lambda: len(service.get_status(target)["workers"]) == 1, 20)
-            ds = zd.Dataset.range(10).apply(
-                service.distribute("distributed_epoch", target)
+            ds = zd.Dataset.range(10).apply(  # named: status lists it when over
+                service.distribute("distributed_epoch", target, job_name="cli")
             )
             assert sorted(int(x) for x in ds) == list(range(10))
 

@@ -7,6 +7,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal
+from tests.helpers import poll_for
 from zmqdata import service
 from zmqdata._client import reader
 
@@ -141,3 +142,17 @@ def test_large_elements_pipelined_from_two_workers_exactly_once(
     ds = zd.Dataset.range(200).map(numbered)
     ds = ds.apply(service.distribute("distributed_epoch", c.target, compression=None))
     assert sorted(int(array[0]) for array in ds) == list(range(200))
+
+
+def test_the_default_byte_cap_counts_decoded_bytes_not_wire_bytes(cluster, monkeypatch):
+    monkeypatch.setattr(reader, "DEFAULT_MAX_BUFFERED_BYTES", 8 * 2**20)
+    c = cluster(num_workers=1)
+    zeros = zd.Dataset.range(100).map(lambda i: np.zeros(2**20, np.uint8))  # 1 MiB
+    ds = zeros.apply(service.distribute("parallel_epochs", c.target))  # zstd: ~100 B
+    with iter(ds) as iterator:
+        next(iterator)
+        counters = iterator._counters
+        poll_for(lambda: counters.starved)  # it stopped asking: the cap is reached
+        buffered = counters.received_bytes - counters.consumed_bytes
+        assert buffered <= 9 * 2**20, buffered
+        assert counters.received < 20

@@ -114,7 +114,9 @@ def test_metrics_endpoints_serve_counters_that_move(cluster):
     assert dispatcher["zmqdata_dispatcher_requests_total"] > 0
     assert dispatcher["zmqdata_dispatcher_splits_total"] == 0
 
-    ds = zd.Dataset.range(100).apply(service.distribute("distributed_epoch", c.target))
+    ds = zd.Dataset.range(100).apply(  # named: the job outlives the read
+        service.distribute("distributed_epoch", c.target, job_name="m")
+    )
     assert sorted(int(x) for x in ds) == list(range(100))
     after = scrape(worker_address)
     assert after["zmqdata_worker_elements_total"] == 100

@@ -53,9 +53,9 @@ def read_file(path: Any) -> Any:
 def test_data_covers_every_element_exactly_once(cluster):
     c = static_cluster(cluster)
     c.add_worker()  # in the process but not in worker_addresses: no task
-    got = read(zd.Dataset.range(100).map(lambda x: x * 3), c, P.DATA)
+    got = read(zd.Dataset.range(100).map(lambda x: x * 3), c, P.DATA, job_name="d")
     assert Counter(got) == Counter(range(0, 300, 3))
-    [job] = c.status()["jobs"]
+    [job] = c.status()["jobs"]  # named: listed after it is over
     assert job["processing_mode"] == "DATA"
     assert job["finished"]
 

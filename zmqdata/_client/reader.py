@@ -428,14 +428,14 @@ class Fetcher(PollLoop):
 
 
 def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
-    """The elements of a data reply, and how many bytes their frames took."""
+    """The elements of a data reply, and the bytes they hold once decoded."""
     elements: list[Any] = []
     nbytes, start = 0, 1
     for count in header.parts:
-        group = parts[start : start + count]
-        start += count
-        nbytes += sum(len(frame) for frame in group)
-        elements.extend(frames.decode(group)[0])
+        group, start = parts[start : start + count], start + count
+        decoded, _, size = frames.decode_sized(group)
+        elements.extend(decoded)
+        nbytes += size
     return elements, nbytes
 
 

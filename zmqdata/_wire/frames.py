@@ -84,7 +84,7 @@ from zmqdata._wire.codec import (
 )
 from zmqdata.errors import InvalidArgumentError
 
-__all__ = ["FORMAT_VERSION", "decode", "encode"]
+__all__ = ["FORMAT_VERSION", "decode", "decode_sized", "encode"]
 
 FORMAT_VERSION: Final = 1
 INLINE_MAX: Final = 64 * 1024
@@ -211,6 +211,22 @@ def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
 
     >>> decode(encode([{"x": 1}], meta={"eos": False}))
     ([{'x': 1}], {'eos': False})
+    """
+    elements, meta, _ = decode_sized(frames)
+    return elements, meta
+
+
+def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
+    """Like :func:`decode`, plus the bytes the decoded batch holds in memory.
+
+    That is the header and every buffer once decompressed: what a receiver
+    keeps alive while it holds the elements (the frames' own size understates
+    it for compressed buffers).
+
+    >>> import numpy as np
+    >>> frames = encode([np.zeros(100_000, np.uint8)], compression_level=3)
+    >>> sum(len(f) for f in frames) < 1_000, decode_sized(frames)[2] > 100_000
+    (True, True)
     """
     try:
         return _decode(frames)
@@ -442,7 +458,7 @@ def _pack_bigint(value: object) -> msgpack.ExtType:
 # --- decoding -------------------------------------------------------------------
 
 
-def _decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
+def _decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
     views = [byte_view(frame) for frame in frames]
     if not views:
         raise InvalidArgumentError("no frames: expected at least a header frame")
@@ -467,7 +483,7 @@ def _decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
             raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
         elements = [decoder.batch(row, 1)[0] for row in rows]
     decoder.check_all_used()
-    return elements, meta
+    return elements, meta, views[0].nbytes + sum(buffer.nbytes for buffer in buffers)
 
 
 def _unpack_header(view: memoryview) -> dict[str, Any]:
