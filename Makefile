@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint type bench clean
+.PHONY: test demo lint type bench bench-compare soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,23 @@ lint: $(STAMP)
 type: $(STAMP)
 	$(VENV)/bin/mypy zmqdata cli
 
-bench: $(STAMP)
+# Benchmarks (bench/run.py --help): BENCH_ARGS=--quick for a run under a minute.
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]' || echo "note: no bench extra (matplotlib): plots are skipped"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) bench/codec.py
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+bench-compare: $(STAMP)
+	$(PY) bench/compare.py $(BENCH_ARGS)
+
+soak: $(STAMP)
+	ZMQDATA_SOAK_S=$${ZMQDATA_SOAK_S:-180} $(PY) -m pytest -q tests/service/test_churn.py -k soak
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,96 @@
+"""PNG plots of a run: throughput against element size, scaling against workers.
+
+Not a script; ``python bench/run.py`` writes them (to docs/img/ for a full
+run). matplotlib is imported lazily: without it the run prints a note and
+skips the plots (``pip install -e '.[bench]'`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bench.common import format_bytes
+
+SIZES_PNG = "bench_throughput_vs_size.png"
+SCALING_PNG = "bench_scaling_workers.png"
+
+
+def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
+    """The plots whose sections ran, in ``directory``; their paths."""
+    wanted = [name for name in ("sweep", "scaling") if name in results]
+    if not wanted:
+        return []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            "note: matplotlib is not installed, so no plots (pip install -e .[bench])"
+        )
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if "sweep" in results:
+        paths.append(_sizes(plt, results["sweep"], directory / SIZES_PNG, label))
+    if "scaling" in results:
+        paths.append(_scaling(plt, results["scaling"], directory / SCALING_PNG, label))
+    return paths
+
+
+def _sizes(plt: Any, sweep: dict[str, Any], path: Path, label: str) -> Path:
+    points = sweep["points"]
+    sizes = [p["size"] for p in points]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(sizes, [p["zmqdata_mb_s"] for p in points], "o-", label="zmqdata")
+    ax.plot(
+        sizes,
+        [p["raw_mb_s"] for p in points],
+        "s--",
+        label="raw pyzmq PUSH/PULL (same run)",
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(sizes, [format_bytes(size) for size in sizes], rotation=30)
+    ax.set_xlabel("element size (float32 tensor, compression=None)")
+    ax.set_ylabel("MB/s, median")
+    ax.set_title(
+        f"Throughput against element size, 1 worker process\n{label}", fontsize=10
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _scaling(plt: Any, scaling: dict[str, Any], path: Path, label: str) -> Path:
+    rates = scaling["workers_el_s"]
+    workers = sorted(int(n) for n in rates)
+    measured = [rates[str(n)] for n in workers]
+    cores = os.cpu_count() or 1
+    ideal = [rates[str(workers[0])] * min(n, cores) / workers[0] for n in workers]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(workers, measured, "o-", label="zmqdata, distributed_epoch")
+    ax.plot(workers, ideal, ":", color="gray", label=f"linear up to {cores} cores")
+    for n, rate in zip(workers, measured, strict=True):
+        speedup = scaling["speedup"][str(n)]
+        ax.annotate(
+            f"{speedup:.2f}x", (n, rate), xytext=(4, -12), textcoords="offset points"
+        )
+    ax.set_xticks(workers)
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("elements/s, median")
+    cpu = scaling["cpu_ms_per_element"]
+    ax.set_title(f"CPU-bound pipeline ({cpu:.1f} ms CPU/element)\n{label}", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
