@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, ints
+from tests.helpers import poll_for
 from zmqdata import errors, service
 
 
@@ -206,3 +208,19 @@ def test_get_status_counts_running_tasks(cluster):
         assert job["job_name"] is None
         assert job["processing_mode"] == "parallel_epochs"
         assert job["finished"] is False
+
+
+def test_with_default_settings_a_read_outlives_client_timeout(cluster, monkeypatch):
+    """The default client heartbeat (100 ms) keeps a long read registered."""
+    monkeypatch.delenv("ZMQDATA_CLIENT_HEARTBEAT_MS")  # set short by conftest
+    c = cluster(num_workers=1, client_timeout_ms=300)
+    ds = zd.Dataset.range(10).apply(
+        service.distribute("parallel_epochs", c.target, max_outstanding_requests=1)
+    )
+    got = []
+    with iter(ds) as iterator:
+        for element in iterator:
+            got.append(int(element))
+            deadline = time.monotonic() + 0.12  # 10 x 120 ms = 4 client timeouts
+            poll_for(lambda d=deadline: time.monotonic() >= d, interval=0.02)
+    assert got == list(range(10))

@@ -32,9 +32,10 @@ class ClientSettings:
 
 
 def _read(name: str, default: float, scale: float = 1.0) -> float:
+    """``name``'s value (or ``default``, in the same unit) times ``scale``."""
     text = os.environ.get(name)
     if text is None:
-        return default
+        return default * scale
     try:
         value = float(text) * scale
     except ValueError:
