@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, ints
+from zmqdata._dataset import structure
 from zmqdata.errors import InvalidArgumentError
 
 SETTINGS = settings(max_examples=40, deadline=None, database=None)
@@ -168,3 +169,21 @@ def test_batch_matches_stacking(rows, size):
         for chunk in chunks(rows, size, False)
     ]
     assert_bit_equal(list(ds), expected)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.int8, np.uint16, np.int64, np.float32, np.float64, np.bool_, np.complex64],
+)
+def test_batch_of_numpy_scalars_keeps_their_dtype(dtype):
+    values = np.arange(5).astype(dtype)
+    [batch] = list(zd.Dataset.from_tensor_slices(values).batch(5))
+    assert batch.dtype == np.dtype(dtype)
+    assert np.array_equal(batch, values)
+
+
+def test_batch_of_mixed_scalar_types_takes_the_general_path():
+    mixed = [np.int32(1), np.int64(2)]
+    assert (
+        structure.stack(mixed).dtype == np.stack([np.asarray(m) for m in mixed]).dtype
+    )

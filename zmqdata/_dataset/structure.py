@@ -157,8 +157,23 @@ def _as_array(leaf: Any) -> np.ndarray:
 
 
 def stack(elements: Sequence[Any]) -> Any:
-    """Stacks equal-structure elements leaf-wise into arrays with a new axis 0."""
+    """Stacks equal-structure elements leaf-wise into arrays with a new axis 0.
+
+    >>> stack([np.int64(1), np.int64(2)])
+    array([1, 2])
+    >>> stack([(1, np.zeros(2)), (2, np.ones(2))])
+    (array([1, 2]), array([[0., 0.],
+           [1., 1.]]))
+    """
     template = elements[0]
+    kind = type(template)
+    if (
+        isinstance(template, np.generic)
+        and template.dtype.kind in "biufc"
+        and all(type(e) is kind for e in elements)
+    ):
+        # Numeric scalars of one type (a batch of `range`): one conversion.
+        return np.array(elements, dtype=template.dtype)
     for other in elements[1:]:
         assert_same_structure(template, other)
     columns = zip(*(flatten(e) for e in elements), strict=True)
