@@ -153,8 +153,8 @@ def main() -> None:
         status = service.get_status(target)
         print(
             f"cluster: {len(status['workers'])} workers, "
-            f"{len(status['datasets'])} dataset(s), jobs "
-            f"{[(j['processing_mode'], j['finished']) for j in status['jobs']]}"
+            f"{len(status['datasets'])} dataset(s), {len(status['jobs'])} job(s) "
+            "left (each epoch's unnamed job is forgotten once read)"
         )
         print("stopping the deployment (SIGINT)")
     if proc.returncode != 0:
