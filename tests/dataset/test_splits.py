@@ -209,3 +209,30 @@ def test_local_shards_after_splits():
     source = zd.Dataset.range(12)
     out = run_over(source.shard(2, 1), source, [[0, 3], [8, 12]])
     assert ints(out) == [1, 8, 10]
+
+
+@SETTINGS
+@given(
+    n=st.integers(0, 60),
+    split_size=st.integers(1, 16),
+    batch=st.integers(1, 20),
+    drop_remainder=st.booleans(),
+    skip=st.lists(st.booleans(), max_size=10),
+)
+def test_batch_of_range_read_in_bulk_across_splits(
+    n, split_size, batch, drop_remainder, skip
+):
+    """``range`` hands ``batch`` whole columns; batches span split boundaries
+    and equal the element-by-element result, over any subset of the splits."""
+    source = zd.Dataset.range(3, 3 + 2 * n, 2)
+    every = splits_of(source, split_size)
+    splits = [s for k, s in enumerate(every) if not (k < len(skip) and skip[k])]
+    values = [3 + 2 * i for lo, hi in splits for i in range(lo, hi)]
+    ds = source.batch(batch, drop_remainder=drop_remainder)
+    got = run_over(ds, source, splits)
+    want = [values[i : i + batch] for i in range(0, len(values), batch)]
+    if drop_remainder and want and len(want[-1]) < batch:
+        want.pop()
+    assert [b.tolist() for b in got] == want
+    assert all(b.dtype == np.int64 for b in got)
+    assert_state_roundtrip(lambda: make_iterator(ds._node, context(source, splits)))

@@ -342,7 +342,11 @@ class Fetcher(PollLoop):
         counters = self._counters
         buffered = counters.received - counters.consumed
         free = self._capacity - self._in_flight - buffered
-        if self._byte_cap is not None and counters.sizes:
+        if self._byte_cap is not None and not counters.sizes:
+            # No element size known yet: one element in flight, whose reply
+            # (with everything the worker had buffered) shows the size.
+            return 1 - self._in_flight - buffered
+        if self._byte_cap is not None:
             average = max(1, sum(counters.sizes) // len(counters.sizes))
             buffered_bytes = counters.received_bytes - counters.consumed_bytes
             free = min(
@@ -459,6 +463,7 @@ class DistributedIterator(DatasetIterator):
         self._queue: queue.Queue[Any] = queue.Queue()
         self._counters = _Counters()
         self._local: deque[Any] = deque()
+        self._local_bytes = 0
         self._fetcher = fetcher_type(
             options, settings, state, self._queue, self._counters
         )
@@ -486,12 +491,16 @@ class DistributedIterator(DatasetIterator):
                 raise item.error
             elements, nbytes = item
             self._local.extend(elements)
-            self._counters.consumed_bytes += nbytes
+            self._local_bytes = nbytes
+        element = self._local.popleft()
         self._counters.consumed += 1
+        if not self._local:  # a batch's bytes count as buffered until handed out
+            self._counters.consumed_bytes += self._local_bytes
+            self._local_bytes = 0
         if self._counters.starved:
             self._counters.starved = False
             self._fetcher.waker.wake(0)
-        return self._local.popleft()
+        return element
 
     def close(self) -> None:
         if not self._closed:

@@ -24,6 +24,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+import numpy as np
+
 from zmqdata.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
@@ -141,6 +143,15 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         raise FailedPreconditionError(
             f"{type(self).__name__} does not support restoring its position"
         )
+
+    def next_column(self, limit: int) -> np.ndarray | None:
+        """Up to ``limit`` next elements as one array along axis 0, or None.
+
+        Iterators that yield numeric scalars they can read in bulk (``range``)
+        return them this way, so ``batch`` need not stack one by one; an empty
+        array means the end. The default, None, means "call ``next``".
+        """
+        return None
 
     def close(self) -> None:
         """Releases threads and other resources; the iterator ends."""

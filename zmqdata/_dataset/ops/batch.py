@@ -55,6 +55,9 @@ class _BatchIterator(UnaryIterator):
         self._size, self._drop_remainder = size, drop_remainder
 
     def __next__(self) -> Any:
+        column = self._input.next_column(self._size)
+        if column is not None:
+            return self._from_columns(column)
         elements = []
         for element in self._input:
             elements.append(element)
@@ -63,6 +66,18 @@ class _BatchIterator(UnaryIterator):
         if not elements or (self._drop_remainder and len(elements) < self._size):
             raise StopIteration
         return structure.stack(elements)
+
+    def _from_columns(self, column: np.ndarray) -> np.ndarray:
+        """A batch read in bulk (``range``), across split boundaries."""
+        columns, count = [column], len(column)
+        while count < self._size and len(columns[-1]):
+            more = self._input.next_column(self._size - count)
+            assert more is not None  # a source reads in bulk or never
+            columns.append(more)
+            count += len(more)
+        if not count or (self._drop_remainder and count < self._size):
+            raise StopIteration
+        return columns[0] if len(columns) == 1 else np.concatenate(columns)
 
 
 class Unbatch(Op):

@@ -44,6 +44,13 @@ class SplittableSource(Op):
         """Element ``index`` of the whole source."""
         raise NotImplementedError
 
+    reads_columns = False
+    """Whether ``read_column`` works: elements are numeric scalars made in bulk."""
+
+    def read_column(self, node: Node, lo: int, hi: int) -> np.ndarray:
+        """Elements ``lo`` to ``hi`` (excluded) as one array."""
+        raise NotImplementedError
+
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         provider = ctx.provider_for(node)
         if provider is None:
@@ -91,6 +98,18 @@ class _SplitIterator(DatasetIterator):
         self._next_index += 1
         return self._op.read(self._node, self._next_index - 1)
 
+    def next_column(self, limit: int) -> np.ndarray | None:
+        if not self._op.reads_columns:
+            return None
+        while self._split is None or self._next_index >= self._split[1]:
+            split = self._provider.next_split()
+            if split is None:
+                return self._op.read_column(self._node, 0, 0)
+            self._split, self._next_index = split, split[0]
+        lo = self._next_index
+        self._next_index = min(self._split[1], lo + limit)
+        return self._op.read_column(self._node, lo, self._next_index)
+
     def get_state(self) -> dict[str, Any]:
         return {
             "split": self._split,
@@ -105,6 +124,7 @@ class _SplitIterator(DatasetIterator):
 
 class Range(SplittableSource):
     name = "range"
+    reads_columns = True
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         start, stop, step = node.args["start"], node.args["stop"], node.args["step"]
@@ -115,6 +135,10 @@ class Range(SplittableSource):
 
     def read(self, node: Node, index: int) -> Any:
         return np.int64(node.args["start"] + index * node.args["step"])
+
+    def read_column(self, node: Node, lo: int, hi: int) -> np.ndarray:
+        start, step = node.args["start"], node.args["step"]
+        return np.arange(start + lo * step, start + hi * step, step, dtype=np.int64)
 
 
 class FromTensorSlices(SplittableSource):
