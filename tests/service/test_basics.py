@@ -213,7 +213,7 @@ def test_get_status_counts_running_tasks(cluster):
 def test_with_default_settings_a_read_outlives_client_timeout(cluster, monkeypatch):
     """The default client heartbeat (100 ms) keeps a long read registered."""
     monkeypatch.delenv("ZMQDATA_CLIENT_HEARTBEAT_MS")  # set short by conftest
-    c = cluster(num_workers=1, client_timeout_ms=300)
+    c = cluster(num_workers=1, client_timeout_ms=400)
     ds = zd.Dataset.range(10).apply(
         service.distribute("parallel_epochs", c.target, max_outstanding_requests=1)
     )
@@ -221,6 +221,6 @@ def test_with_default_settings_a_read_outlives_client_timeout(cluster, monkeypat
     with iter(ds) as iterator:
         for element in iterator:
             got.append(int(element))
-            deadline = time.monotonic() + 0.12  # 10 x 120 ms = 4 client timeouts
+            deadline = time.monotonic() + 0.15  # 10 x 150 ms: ~4 client timeouts
             poll_for(lambda d=deadline: time.monotonic() >= d, interval=0.02)
     assert got == list(range(10))
