@@ -103,6 +103,12 @@ class _Counters:
     starved: bool = False
     sizes: deque[int] = field(default_factory=lambda: deque(maxlen=64))
 
+    def average_size(self) -> int | None:
+        """Decoded bytes per element over the last replies (None before any)."""
+        if not self.sizes:
+            return None
+        return max(1, sum(self.sizes) // len(self.sizes))
+
 
 class Fetcher(PollLoop):
     def __init__(
@@ -332,27 +338,26 @@ class Fetcher(PollLoop):
         Requests are pipelined when a task's share of credit is worth more
         than ``REQUEST_BYTES`` of elements (by the running average size).
         """
-        sizes = self._counters.sizes
-        if not sizes or not tasks:
+        average = self._counters.average_size()
+        if average is None or not tasks:
             return None
-        chunk = max(1, REQUEST_BYTES * len(sizes) // max(1, sum(sizes)))
+        chunk = max(1, REQUEST_BYTES // average)
         return chunk if chunk < self._capacity // tasks else None
 
     def _free_credit(self) -> int:
         counters = self._counters
         buffered = counters.received - counters.consumed
         free = self._capacity - self._in_flight - buffered
-        if self._byte_cap is not None and not counters.sizes:
+        if self._byte_cap is None:
+            return free
+        average = counters.average_size()
+        if average is None:
             # No element size known yet: one element in flight, whose reply
             # (with everything the worker had buffered) shows the size.
             return 1 - self._in_flight - buffered
-        if self._byte_cap is not None:
-            average = max(1, sum(counters.sizes) // len(counters.sizes))
-            buffered_bytes = counters.received_bytes - counters.consumed_bytes
-            free = min(
-                free, (self._byte_cap - buffered_bytes) // average - self._in_flight
-            )
-        return free
+        buffered_bytes = counters.received_bytes - counters.consumed_bytes
+        by_bytes = (self._byte_cap - buffered_bytes) // average - self._in_flight
+        return min(free, by_bytes)
 
     def _on_worker(self, parts: list[Any]) -> None:
         self._last_worker_reply = time.monotonic()
@@ -363,8 +368,8 @@ class Fetcher(PollLoop):
         if not isinstance(header, m.Elements):
             return
         task = self._requests.pop(header.request_id, None)
-        if task is None or task.task_id not in self._tasks:
-            return  # the task was dropped meanwhile
+        if task is None:
+            return  # the task was dropped meanwhile (with its requests)
         self._in_flight -= task.requests.pop(header.request_id, 0)
         task.retries = 0
         self._deliver(*decode_elements(header, parts))

@@ -89,23 +89,27 @@ class _SplitIterator(DatasetIterator):
         self._split: Split | None = None
         self._next_index = 0
 
-    def __next__(self) -> Any:
+    def _advance(self) -> bool:
+        """Moves to a split with indices left; False at the end."""
         while self._split is None or self._next_index >= self._split[1]:
             self._split = self._provider.next_split()
             if self._split is None:
-                raise StopIteration
+                return False
             self._next_index = self._split[0]
+        return True
+
+    def __next__(self) -> Any:
+        if not self._advance():
+            raise StopIteration
         self._next_index += 1
         return self._op.read(self._node, self._next_index - 1)
 
     def next_column(self, limit: int) -> np.ndarray | None:
         if not self._op.reads_columns:
             return None
-        while self._split is None or self._next_index >= self._split[1]:
-            split = self._provider.next_split()
-            if split is None:
-                return self._op.read_column(self._node, 0, 0)
-            self._split, self._next_index = split, split[0]
+        if not self._advance():
+            return self._op.read_column(self._node, 0, 0)
+        assert self._split is not None  # _advance found one
         lo = self._next_index
         self._next_index = min(self._split[1], lo + limit)
         return self._op.read_column(self._node, lo, self._next_index)
