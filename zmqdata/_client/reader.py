@@ -32,10 +32,10 @@ from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._runtime import auth
 from zmqdata._runtime.loop import PollLoop
+from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
-from zmqdata._worker.server import PROCESS_TOKEN
 from zmqdata.errors import (
     FailedPreconditionError,
     PermissionDeniedError,

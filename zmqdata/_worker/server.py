@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import uuid
 from typing import Any, Self
@@ -20,6 +19,7 @@ from zmqdata._config import WorkerConfig
 from zmqdata._runtime import auth, metrics
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
+from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
@@ -28,9 +28,6 @@ from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import FailedPreconditionError, ZmqDataError
 
 logger = logging.getLogger(__name__)
-
-PROCESS_TOKEN = f"{os.getpid()}-{uuid.uuid4().hex}"
-"""Identifies this process, so consumers can tell in-process workers apart."""
 
 ZSTD_LEVEL = 1
 
