@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import zmqdata as zd
+from tests.dispatcher.splits import next_split_request
 from tests.dispatcher.test_replay import tables
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
@@ -76,10 +77,9 @@ def dynamic_job_with_splits(
     out = live.handle(
         b"c", m.GetOrCreateIteration(job_id=job.job_id, repetition=0), 0.3
     )
-    split = m.GetSplit(iteration_id=out[0][1].iteration_id, repetition=0)
     for _ in range(splits):
-        live.handle(b"w", split, 0.4)
-    return live, split
+        live.handle(b"w", next_split_request(live, out[0][1].iteration_id), 0.4)
+    return live, next_split_request(live, out[0][1].iteration_id)
 
 
 @contextmanager

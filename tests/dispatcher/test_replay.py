@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import zmqdata as zd
+from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
@@ -75,7 +76,7 @@ def dynamic_and_off_jobs() -> tuple[RecordingState, m.IterationState, m.Iteratio
     first = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.3)
     one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"d", 0.3)
     for repetition in (0, 0, 1, 0):
-        split = m.GetSplit(iteration_id=first.iteration_id, repetition=repetition)
+        split = next_split_request(state, first.iteration_id, repetition)
         one(state, split, b"w1", 0.4)
     anonymous = m.GetOrCreateJob(dataset_id=dataset.dataset_id, processing_mode=OFF)
     other = one(state, anonymous, b"e", 0.5).job_id
@@ -177,14 +178,18 @@ def test_unnamed_jobs_are_forgotten_once_over_so_tables_stay_bounded():
         one(state, heartbeat, b"c", 0.2)
         one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.3)
     assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
-    job = one(state, unnamed, b"c", 0.4).job_id  # left early: collected by job GC
+    job = one(state, unnamed, b"c", 0.4).job_id  # left early: released at once
     it = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.4)
+    assert state.tasks
     one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.5)
-    for now in (1.0, 1.6, 2.0):
+    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
+    job = one(state, unnamed, b"c", 0.6).job_id  # its consumer timed out
+    one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.6)
+    for now in (1.0, 6.0, 11.0):
         one(state, m.WorkerHeartbeat(worker_id=worker), b"w", now)
         state.tick(now=now)
     assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
-    assert state.collected_clients == {it.client_id: it.iteration_id}
+    assert state.collected_clients == {}
     replayed = ClusterRecords()
     for event in state.log:
         replayed.apply(event)

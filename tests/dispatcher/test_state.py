@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import zmqdata as zd
+from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dispatcher.state import DispatcherState, split_size
@@ -63,14 +64,14 @@ def error(
 
 
 def register_worker(
-    state: DispatcherState, name: str, now: float = 0.0
+    state: DispatcherState, name: str, now: float = 0.0, peer: bytes | None = None
 ) -> m.RegisterWorkerReply:
     answer = reply(
         state,
         m.RegisterWorker(
             request_id=1, worker_address=name, data_address=f"tcp://{name}"
         ),
-        peer=name.encode(),
+        peer=name.encode() if peer is None else peer,
         now=now,
     )
     assert isinstance(answer, m.RegisterWorkerReply)
@@ -181,7 +182,10 @@ def test_reregistering_an_address_replaces_the_old_worker(state):
     old = register_worker(state, "a:1")
     job = create_job(state, register_dataset(state))
     [old_task] = task_ids(join(state, job))
-    new = register_worker(state, "a:1", now=0.1)
+    again = register_worker(state, "a:1", now=0.05)  # a retry: the same worker
+    assert again.worker_id == old.worker_id
+    assert [t["task_id"] for t in again.tasks] == [old_task]
+    new = register_worker(state, "a:1", now=0.1, peer=b"restarted")
     assert list(state.workers) == [new.worker_id]
     [new_task] = [t["task_id"] for t in new.tasks]
     assert new_task != old_task
@@ -473,13 +477,10 @@ def test_release_forgets_the_client(state):
 
 
 def get_split(
-    state: DispatcherState, iteration_id: int, repetition: int = 0, peer: bytes = b"w"
+    state: DispatcherState, iteration_id: int, repetition: int = 0, task: int = 0
 ) -> m.GetSplitReply:
-    answer = reply(
-        state,
-        m.GetSplit(request_id=11, iteration_id=iteration_id, repetition=repetition),
-        peer=peer,
-    )
+    """The next split of the iteration's ``task``-th task."""
+    answer = reply(state, next_split_request(state, iteration_id, repetition, task))
     assert isinstance(answer, m.GetSplitReply), answer
     return answer
 
@@ -505,6 +506,7 @@ def test_split_size_is_bounded():
 
 
 def test_each_split_is_handed_out_once_per_repetition(state):
+    register_worker(state, "w:1")
     dataset_id = register_dataset(state, pipeline(zd.Dataset.range(1000)))
     iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     first = all_splits(state, iteration, 0)
@@ -517,23 +519,42 @@ def test_each_split_is_handed_out_once_per_repetition(state):
 
 
 def test_two_workers_share_the_splits_of_a_repetition(state):
+    register_worker(state, "a:1")
+    register_worker(state, "b:1")
     dataset_id = register_dataset(state, RANGE_20)
     iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
-    taken: dict[bytes, list[Any]] = {b"a": [], b"b": []}
-    ended: set[bytes] = set()
-    while ended != {b"a", b"b"}:
-        for peer in (b"a", b"b"):
-            answer = get_split(state, iteration, 0, peer=peer)
+    taken: dict[int, list[Any]] = {0: [], 1: []}
+    ended: set[int] = set()
+    while ended != {0, 1}:
+        for task in (0, 1):
+            answer = get_split(state, iteration, 0, task=task)
             if answer.end_of_splits:
-                ended.add(peer)
+                ended.add(task)
             else:
-                taken[peer].append(answer.split)
-    assert taken[b"a"]
-    assert taken[b"b"]
-    assert covered(taken[b"a"] + taken[b"b"]) == list(range(20))
+                taken[task].append(answer.split)
+    assert taken[0]
+    assert taken[1]
+    assert covered(taken[0] + taken[1]) == list(range(20))
+
+
+def test_a_retried_split_request_gets_the_same_split_again(state):
+    register_worker(state, "w:1")
+    dataset_id = register_dataset(state, RANGE_20)
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
+    first = next_split_request(state, iteration)
+    answer = reply(state, first)
+    for _ in range(3):  # sent again after a stall: the same split, none consumed
+        assert reply(state, first) == answer
+    later = reply(state, next_split_request(state, iteration))
+    assert isinstance(later, m.GetSplitReply)
+    assert covered([answer.split, later.split]) == list(range(2))
+    stale = error(state, first)  # superseded by a later request of the task
+    assert stale.code == "FAILED_PRECONDITION"
+    assert covered(all_splits(state, iteration)) == list(range(2, 20))
 
 
 def test_iterations_have_their_own_splits(state):
+    register_worker(state, "w:1")
     dataset_id = register_dataset(state, RANGE_10)
     job = create_job(state, dataset_id, DYNAMIC, job_name="j")
     first = join(state, job, 0).iteration_id

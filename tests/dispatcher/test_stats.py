@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import zmqdata as zd
+from tests.dispatcher.splits import next_split_request
 from tests.dispatcher.test_replay import RecordingState
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
@@ -101,7 +102,7 @@ def test_dispatcher_counts_requests_errors_and_splits(state):
     ).iteration_id
     requests, errors = state.requests_total, state.errors_total
     for _ in range(3):
-        split = m.GetSplit(iteration_id=iteration, repetition=0)
+        split = next_split_request(state, iteration)
         assert isinstance(one(state, split, b"h:1", 0.1), m.GetSplitReply)
     assert isinstance(
         one(state, m.GetSplit(iteration_id=999, repetition=0), b"h:1", 0.1), m.Error

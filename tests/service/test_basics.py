@@ -151,16 +151,31 @@ def test_from_dataset_id_of_an_unknown_id_is_not_found(cluster):
         service.from_dataset_id("parallel_epochs", c.target, "no-such-id")
 
 
-def test_unknown_id_with_element_spec_fails_on_iteration(cluster):
+def test_unknown_id_with_element_spec_fails_at_once(cluster):
     c = cluster(num_workers=1)
-    ds = service.from_dataset_id(
-        "parallel_epochs",
-        c.target,
-        "4711",
-        element_spec=zd.Dataset.range(1).element_spec,
-    )
     with pytest.raises(errors.NotFoundError, match="4711"):
-        list(ds)
+        service.from_dataset_id(
+            "parallel_epochs",
+            c.target,
+            "4711",
+            element_spec=zd.Dataset.range(1).element_spec,
+        )
+
+
+def test_from_dataset_id_knows_an_infinite_dataset(cluster):
+    c = cluster(num_workers=1)
+    for dataset, expected in (
+        (zd.Dataset.range(3).repeat(), zd.INFINITE_CARDINALITY),
+        (zd.Dataset.range(3), zd.UNKNOWN_CARDINALITY),
+    ):
+        dataset_id = service.register_dataset(c.target, dataset)
+        read = service.from_dataset_id("parallel_epochs", c.target, dataset_id)
+        assert read.cardinality() == expected
+        spec = zd.Dataset.range(1).element_spec
+        given = service.from_dataset_id(
+            "parallel_epochs", c.target, dataset_id, element_spec=spec
+        )
+        assert given.cardinality() == expected
 
 
 def test_dynamic_sharding_of_an_unsplittable_pipeline_is_an_error(cluster):

@@ -157,6 +157,7 @@ def test_wire_format_is_a_versioned_map():
         "request_id": 7,
         "iteration_id": 3,
         "repetition": 0,
+        "task_id": 0,
     }
 
 

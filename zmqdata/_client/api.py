@@ -24,10 +24,11 @@ from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op
 from zmqdata._dataset.ops import OPS
+from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
 from zmqdata._wire.specs import decode_spec, encode_spec
-from zmqdata.errors import InvalidArgumentError
+from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 
 class ShardingPolicy(enum.IntEnum):
@@ -159,7 +160,7 @@ def _target_workers(value: Any, mode: ShardingPolicy) -> str:
     return "LOCAL" if static and value.upper() == "AUTO" else value.upper()
 
 
-def _trainer_id(value: Any, job_name: str | None) -> str | None:
+def _trainer_id(value: Any, job_name: str | None, coordinated: bool) -> str | None:
     """The trainer id of a ``cross_trainer_cache`` argument (which needs a job name)."""
     if value is None:
         return None
@@ -170,6 +171,11 @@ def _trainer_id(value: Any, job_name: str | None) -> str | None:
     if job_name is None:
         raise InvalidArgumentError(
             f"cross-trainer caching requires a job_name, got {value!r} without one"
+        )
+    if coordinated:
+        raise InvalidArgumentError(
+            f"cross_trainer_cache={value!r} cannot be combined with coordinated "
+            "reads (consumer_index/num_consumers)"
         )
     return value.trainer_id
 
@@ -199,7 +205,9 @@ def _read_args(
         "max_outstanding_requests": _max_outstanding(max_outstanding_requests),
         "data_transfer_protocol": _data_protocol(data_transfer_protocol),
         "target_workers": _target_workers(target_workers, mode),
-        "trainer_id": _trainer_id(cross_trainer_cache, job_name),
+        "trainer_id": _trainer_id(
+            cross_trainer_cache, job_name, num_consumers is not None
+        ),
     }
     return read
 
@@ -254,8 +262,9 @@ def from_dataset_id(
 ) -> Dataset:
     """A dataset reading the registered dataset ``dataset_id`` from the service.
 
-    Without ``element_spec`` the spec is fetched from the dispatcher (an
-    unknown id raises ``zmqdata.errors.NotFoundError``).
+    The dispatcher tells the spec (unless ``element_spec`` is given) and
+    whether the dataset is infinite; an unknown id raises
+    ``zmqdata.errors.NotFoundError``.
     """
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
@@ -264,21 +273,20 @@ def from_dataset_id(
     )  # fmt: skip
     if not isinstance(dataset_id, str) or not dataset_id:
         raise ValueError(f"dataset_id must be a non-empty str, got {dataset_id!r}")
-    if element_spec is None:
-        reply = rpc.call(
-            read["service"],
-            m.GetDatasetInfo(dataset_id=dataset_id),
-            m.GetDatasetInfoReply,
-            settings.current().dispatcher_timeout_s,
-        )
-        spec_bytes = reply.element_spec
-    else:
-        spec_bytes = encode_spec(element_spec)
+    reply = rpc.call(
+        read["service"],
+        m.GetDatasetInfo(dataset_id=dataset_id),
+        m.GetDatasetInfoReply,
+        settings.current().dispatcher_timeout_s,
+    )
+    infinite = reply.cardinality == INFINITE_CARDINALITY
     return _service_dataset(
         **read,
         dataset_id=dataset_id,
-        element_spec=spec_bytes,
-        cardinality=UNKNOWN_CARDINALITY,
+        element_spec=reply.element_spec
+        if element_spec is None
+        else encode_spec(element_spec),
+        cardinality=INFINITE_CARDINALITY if infinite else UNKNOWN_CARDINALITY,
     )
 
 
@@ -373,6 +381,12 @@ class DataService(Op):
             num_consumers=args["num_consumers"],
             trainer_id=args["trainer_id"],
         )
+        if options.target_workers == "LOCAL" and not LOCAL_WORKERS.count:
+            raise FailedPreconditionError(
+                "target_workers='LOCAL' reads only from workers in this process, "
+                "and none runs here: start a service.WorkerServer in this process "
+                "or read with target_workers='AUTO'"
+            )
         job = rpc.call(
             options.service,
             m.GetOrCreateJob(
@@ -382,6 +396,7 @@ class DataService(Op):
                 num_consumers=args["num_consumers"],
                 target_workers=options.target_workers,
                 cross_trainer_cache=options.trainer_id is not None,
+                local_process=PROCESS_TOKEN,
             ),
             m.GetOrCreateJobReply,
             current.dispatcher_timeout_s,

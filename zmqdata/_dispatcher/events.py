@@ -50,6 +50,18 @@ class JobCreated:
     num_consumers: int | None
     target_workers: str
     cross_trainer_cache: bool = False
+    request_key: bytes = b""
+    """The creating request's idempotency key (a retry finds this job)."""
+    local_process: str = ""
+    """The creating consumer's process (``target_workers="LOCAL"`` jobs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerProcessJoined:
+    """A consumer in another process joined a ``target_workers="LOCAL"`` job."""
+
+    job_id: int
+    local_process: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +85,17 @@ class TaskFinished:
 
 @dataclass(frozen=True, slots=True)
 class SplitProduced:
-    """Split ``index`` of ``repetition`` was handed out (DYNAMIC)."""
+    """Split ``index`` of ``repetition`` was handed out (DYNAMIC).
+
+    It answered request ``request_id`` of task ``task_id``: the same request
+    sent again is answered with the same split.
+    """
 
     iteration_id: int
     repetition: int
     index: int
+    task_id: int = 0
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,8 @@ class ClientAcquired:
     client_id: int
     iteration_id: int
     now: float
+    request_key: bytes = b""
+    """The joining request's idempotency key (a retry finds this client)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +143,7 @@ Event = (
     | WorkerRemoved
     | DatasetRegistered
     | JobCreated
+    | ConsumerProcessJoined
     | IterationCreated
     | TaskCreated
     | TaskFinished

@@ -52,6 +52,8 @@ class Job:
     cross_trainer_cache: bool = False
     iterations: dict[int, int] = field(default_factory=dict)
     """repetition -> iteration id."""
+    consumer_processes: list[str] = field(default_factory=list)
+    """``target_workers="LOCAL"``: the processes its consumers read from."""
 
 
 JOB_PARAMETERS = (
@@ -74,6 +76,9 @@ class Task:
     iteration_id: int
     worker_id: int
     finished: bool = False
+    last_split: list[int] | None = None
+    """DYNAMIC: ``[request_id, repetition, index]`` of the last split handed
+    out, so a retried request gets the same split."""
 
 
 @dataclass

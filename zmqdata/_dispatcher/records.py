@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 COLLECTED_CLIENTS_KEPT = 10_000
 """Clients of collected iterations remembered (oldest forgotten first), so one
 that comes back hears why its iteration is gone."""
+REQUEST_KEYS_KEPT = 10_000
+"""Idempotency keys remembered (oldest forgotten first): a request retried
+after a stall or a dispatcher restart finds what its first attempt created."""
 
 
 def split_source(pipeline: bytes) -> Node | None:
@@ -50,12 +53,15 @@ class ClusterRecords:
         self.named_jobs: dict[tuple[str, str], int] = {}
         self.collected_clients: dict[int, int] = {}
         """Client id -> the collected iteration it had read (job GC)."""
+        self.created_by: dict[bytes, int] = {}
+        """Request idempotency key -> the job or client id that request created."""
         self.next_id = 1
         self._appliers: dict[type[Any], Callable[[Any], None]] = {
             ev.WorkerRegistered: self._worker_registered,
             ev.WorkerRemoved: self._worker_removed,
             ev.DatasetRegistered: self._dataset_registered,
             ev.JobCreated: self._job_created,
+            ev.ConsumerProcessJoined: self._consumer_process_joined,
             ev.IterationCreated: self._iteration_created,
             ev.TaskCreated: self._task_created,
             ev.TaskFinished: self._task_finished,
@@ -125,9 +131,20 @@ class ClusterRecords:
             e.num_consumers,
             e.target_workers,
             e.cross_trainer_cache,
+            consumer_processes=[e.local_process] if e.local_process else [],
         )
         if e.name is not None:
             self.named_jobs[(e.dataset_id, e.name)] = e.job_id
+        self._remember(e.request_key, e.job_id)
+
+    def _consumer_process_joined(self, e: ev.ConsumerProcessJoined) -> None:
+        self.jobs[e.job_id].consumer_processes.append(e.local_process)
+
+    def _remember(self, request_key: bytes, created_id: int) -> None:
+        if request_key:
+            self.created_by[request_key] = created_id
+            while len(self.created_by) > REQUEST_KEYS_KEPT:
+                del self.created_by[next(iter(self.created_by))]
 
     def _iteration_created(self, e: ev.IterationCreated) -> None:
         self.iterations[e.iteration_id] = model.Iteration(
@@ -148,6 +165,9 @@ class ClusterRecords:
     def _split_produced(self, e: ev.SplitProduced) -> None:
         iteration = self.iterations[e.iteration_id]
         iteration.split_repetition, iteration.next_split = e.repetition, e.index + 1
+        task = iteration.tasks.get(e.task_id)
+        if task is not None:
+            task.last_split = [e.request_id, e.repetition, e.index]
 
     def _schedule_changed(self, e: ev.ScheduleChanged) -> None:
         self._schedule(self.iterations[e.iteration_id], e.start_round, list(e.task_ids))
@@ -166,6 +186,7 @@ class ClusterRecords:
     def _client_acquired(self, e: ev.ClientAcquired) -> None:
         self.clients[e.client_id] = model.Client(e.client_id, e.iteration_id, e.now)
         self.iterations[e.iteration_id].clients.add(e.client_id)
+        self._remember(e.request_key, e.client_id)
 
     def _client_released(self, e: ev.ClientReleased) -> None:
         client = self.clients.pop(e.client_id)
@@ -208,8 +229,15 @@ class ClusterRecords:
             self._retire_if_done(iteration)
 
     def _retire_if_done(self, iteration: model.Iteration) -> None:
-        """A finished iteration nobody reads gives its tasks back to the workers."""
-        if iteration.finished and not iteration.clients:
+        """A finished iteration nobody reads gives its tasks back to the workers.
+
+        So does an unnamed job's iteration as soon as its one consumer left,
+        finished or not: nobody can join it again, so the workers' buffers
+        are freed now, not at job GC.
+        """
+        if iteration.clients:
+            return
+        if iteration.finished or self.jobs[iteration.job_id].name is None:
             for task_id in iteration.tasks:
                 del self.tasks[task_id]
             iteration.tasks.clear()

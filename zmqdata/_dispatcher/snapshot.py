@@ -51,6 +51,7 @@ def dump(records: ClusterRecords) -> bytes:
         "by_fingerprint": records.datasets_by_fingerprint,
         "named_jobs": [[*key, job_id] for key, job_id in records.named_jobs.items()],
         "collected_clients": records.collected_clients,
+        "created_by": list(records.created_by.items()),
         "next_id": records.next_id,
     }
     data: bytes = msgpack.packb(body)
@@ -84,4 +85,5 @@ def load(records: ClusterRecords, data: bytes) -> None:
     records.datasets_by_fingerprint = dict(body["by_fingerprint"])
     records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
     records.collected_clients = dict(body["collected_clients"])
+    records.created_by = {key: created for key, created in body.get("created_by", [])}
     records.next_id = body["next_id"]

@@ -83,15 +83,30 @@ def _check_endpoint(name: str, endpoint: str) -> None:
         )
 
 
+def _cardinality(dataset: model.Dataset) -> int:
+    """The registered pipeline's cardinality (its functions are not loaded)."""
+    return Dataset(
+        graph.deserialize(dataset.pipeline, load_functions=False)
+    ).cardinality()
+
+
 def _check_infinite(dataset: model.Dataset, feature: str) -> None:
     """Coordinated reads and the cross-trainer cache need an endless dataset."""
-    root = graph.deserialize(dataset.pipeline, load_functions=False)
-    cardinality = Dataset(root).cardinality()
+    cardinality = _cardinality(dataset)
     if cardinality >= 0:
         raise InvalidArgumentError(
             f"{feature} requires a dataset with infinite cardinality, got one with "
             f"{cardinality} elements: add .repeat()"
         )
+
+
+def _reads_local_processes(job: model.Job) -> bool:
+    """Whether a job gives tasks only to its consumers' processes' workers.
+
+    That is an OFF or DYNAMIC job read with ``target_workers="LOCAL"``;
+    static sharding reads local workers too, but shards over the fixed list.
+    """
+    return job.target_workers == "LOCAL" and job.processing_mode in (OFF, DYNAMIC)
 
 
 def _host_port(address: str) -> tuple[str, str | None]:
@@ -305,8 +320,14 @@ class DispatcherState(ClusterRecords):
         if msg.inproc_address:
             _check_endpoint("inproc_address", msg.inproc_address)
         for old in list(self.workers.values()):
-            if old.worker_address == msg.worker_address:
-                self.apply(ev.WorkerRemoved(old.worker_id))
+            if old.worker_address != msg.worker_address:
+                continue
+            if old.peer == peer and old.data_address == msg.data_address:
+                # The same worker again (a retry, or after a fault-tolerant
+                # restart): it keeps its id and its tasks, splits included.
+                old.last_seen = now
+                return [(peer, self._registered(msg.request_id, old))]
+            self.apply(ev.WorkerRemoved(old.worker_id))
         worker_id = self.next_id
         taken = {w.index for w in self.workers.values() if w.index is not None}
         index = worker_index(msg.worker_address, self.config.worker_addresses, taken)
@@ -327,20 +348,28 @@ class DispatcherState(ClusterRecords):
             "worker %s registered (version %s)", msg.worker_address, msg.version
         )
         worker = self.workers[worker_id]
+        for iteration in list(self.iterations.values()):
+            if (
+                not iteration.finished
+                and not iteration.collected
+                and self._serves(self.jobs[iteration.job_id], worker)
+            ):
+                self._create_task(iteration.iteration_id, worker_id)
+        return [(peer, self._registered(msg.request_id, worker))]
+
+    def _registered(self, request_id: int, worker: model.Worker) -> m.Message:
+        """The reply to a registration: the worker's id and its running tasks."""
         tasks = [
-            self._create_task(iteration.iteration_id, worker_id)
-            for iteration in list(self.iterations.values())
-            if not iteration.finished
-            and not iteration.collected
-            and self._serves(self.jobs[iteration.job_id], worker)
+            task
+            for task in self.tasks.values()
+            if task.worker_id == worker.worker_id and not task.finished
         ]
-        reply = m.RegisterWorkerReply(
-            request_id=msg.request_id,
-            worker_id=worker_id,
-            worker_index=index,
+        return m.RegisterWorkerReply(
+            request_id=request_id,
+            worker_id=worker.worker_id,
+            worker_index=worker.index,
             tasks=[self._task_def(t) for t in tasks],
         )
-        return [(peer, reply)]
 
     def _worker_heartbeat(
         self, peer: bytes, msg: m.WorkerHeartbeat, now: float
@@ -410,18 +439,38 @@ class DispatcherState(ClusterRecords):
         self.worker_samples[worker_id] = sample
 
     def _get_split(self, peer: bytes, msg: m.GetSplit, now: float) -> list[Outgoing]:
+        """Hands out the next split; a retried request gets the split it got before.
+
+        Requests of one task are numbered (``request_id``); the task remembers
+        the last split it was given (journaled with it), so a request sent
+        again after a stall or a dispatcher restart never consumes a second
+        split, and no split is handed out without being read.
+        """
         iteration = self._iteration(msg.iteration_id)
         source = self.datasets[self.jobs[iteration.job_id].dataset_id].split_source
         if source is None:
             raise InvalidArgumentError(
                 f"iteration {msg.iteration_id} has no splittable source"
             )
+        task = iteration.tasks.get(msg.task_id)
+        if task is None:
+            raise NotFoundError(
+                f"task {msg.task_id} is not a task of iteration {msg.iteration_id}"
+            )
+        op = source.definition
+        size = split_size(op.cardinality(source, []))
+        if task.last_split is not None and msg.request_id <= task.last_split[0]:
+            if msg.request_id < task.last_split[0]:
+                raise FailedPreconditionError(
+                    f"split request {msg.request_id} of task {task.task_id} was "
+                    "superseded by a later one"
+                )
+            split = op.split_at(source, size, task.last_split[2])  # type: ignore[attr-defined]
+            return [(peer, m.GetSplitReply(request_id=msg.request_id, split=split))]
         # A later repetition starts its splits from 0; an earlier one is over.
         index = (
             iteration.next_split if msg.repetition == iteration.split_repetition else 0
         )
-        op = source.definition
-        size = split_size(op.cardinality(source, []))
         if msg.repetition < iteration.split_repetition or index >= op.num_splits(  # type: ignore[attr-defined]
             source, size
         ):
@@ -431,7 +480,15 @@ class DispatcherState(ClusterRecords):
                 repetition=iteration.split_repetition,
             )
             return [(peer, reply)]
-        self.apply(ev.SplitProduced(iteration.iteration_id, msg.repetition, index))
+        self.apply(
+            ev.SplitProduced(
+                iteration.iteration_id,
+                msg.repetition,
+                index,
+                task.task_id,
+                msg.request_id,
+            )
+        )
         self.splits_total += 1
         split = op.split_at(source, size, index)  # type: ignore[attr-defined]
         return [(peer, m.GetSplitReply(request_id=msg.request_id, split=split))]
@@ -490,12 +547,19 @@ class DispatcherState(ClusterRecords):
             request_id=msg.request_id,
             element_spec=dataset.element_spec,
             compression=dataset.compression,
+            cardinality=_cardinality(dataset),
         )
         return [(peer, reply)]
 
     def _get_or_create_job(
         self, peer: bytes, msg: m.GetOrCreateJob, now: float
     ) -> list[Outgoing]:
+        created_before = self.created_by.get(msg.request_key)
+        if created_before in self.jobs:  # a retry of a request already done
+            reply = m.GetOrCreateJobReply(
+                request_id=msg.request_id, job_id=created_before
+            )
+            return [(peer, reply)]
         dataset = self._dataset(msg.dataset_id)
         if msg.processing_mode in STATIC:
             self._check_static(msg)
@@ -510,6 +574,11 @@ class DispatcherState(ClusterRecords):
         if msg.cross_trainer_cache:
             if msg.job_name is None:
                 raise InvalidArgumentError("cross-trainer caching requires a job_name")
+            if msg.num_consumers is not None:
+                raise InvalidArgumentError(
+                    "cross-trainer caching cannot be combined with coordinated reads "
+                    f"(num_consumers={msg.num_consumers})"
+                )
             _check_infinite(dataset, "cross-trainer caching")
         created = ev.JobCreated(
             self.next_id,
@@ -519,6 +588,8 @@ class DispatcherState(ClusterRecords):
             msg.num_consumers,
             msg.target_workers.upper(),
             msg.cross_trainer_cache,
+            msg.request_key,
+            msg.local_process,
         )
         existing_id = (
             self.named_jobs.get((msg.dataset_id, msg.job_name))
@@ -537,13 +608,42 @@ class DispatcherState(ClusterRecords):
                     f"parameters: {_describe(have)} vs {_describe(wanted)}"
                 )
             job_id = existing_id
-        return [(peer, m.GetOrCreateJobReply(request_id=msg.request_id, job_id=job_id))]
+        out: list[Outgoing] = [
+            (peer, m.GetOrCreateJobReply(request_id=msg.request_id, job_id=job_id))
+        ]
+        return out + self._join_consumer_process(self.jobs[job_id], msg.local_process)
+
+    def _join_consumer_process(
+        self, job: model.Job, local_process: str
+    ) -> list[Outgoing]:
+        """A LOCAL job read from one more process: its workers there get tasks."""
+        if (
+            not _reads_local_processes(job)
+            or not local_process
+            or local_process in job.consumer_processes
+        ):
+            return []
+        self.apply(ev.ConsumerProcessJoined(job.job_id, local_process))
+        pushes: list[Outgoing] = []
+        for iteration_id in job.iterations.values():
+            iteration = self.iterations[iteration_id]
+            if iteration.finished or iteration.collected:
+                continue
+            for worker in list(self.workers.values()):
+                if worker.local_process == local_process:
+                    task = self._create_task(iteration_id, worker.worker_id)
+                    message = m.ProcessTask(tasks=[self._task_def(task)])
+                    pushes.append((worker.peer, message))
+        return pushes
 
     # ------------------------------------------------------------ iterations and clients
 
     def _get_or_create_iteration(
         self, peer: bytes, msg: m.GetOrCreateIteration, now: float
     ) -> list[Outgoing]:
+        client = self.clients.get(self.created_by.get(msg.request_key, 0))
+        if client is not None:  # a retry of a request already done
+            return [(peer, self._iteration_state(client, msg.request_id))]
         job = self.jobs.get(msg.job_id)
         if job is None:
             raise NotFoundError(f"job {msg.job_id} does not exist")
@@ -565,7 +665,7 @@ class DispatcherState(ClusterRecords):
                 worker = self.workers[task.worker_id]
                 out.append((worker.peer, m.ProcessTask(tasks=[self._task_def(task)])))
         client_id = self.next_id
-        self.apply(ev.ClientAcquired(client_id, iteration_id, now))
+        self.apply(ev.ClientAcquired(client_id, iteration_id, now, msg.request_key))
         out.insert(
             0, (peer, self._iteration_state(self.clients[client_id], msg.request_id))
         )
@@ -664,7 +764,14 @@ class DispatcherState(ClusterRecords):
             )
 
     def _serves(self, job: model.Job, worker: model.Worker) -> bool:
-        """Whether ``worker`` gets tasks of ``job`` (static: only listed workers)."""
+        """Whether ``worker`` gets tasks of ``job``.
+
+        Static sharding: only listed workers. ``target_workers="LOCAL"``: only
+        workers in a process that reads the job, so no split goes to a worker
+        nobody reads.
+        """
+        if _reads_local_processes(job):
+            return worker.local_process in job.consumer_processes
         return job.processing_mode not in STATIC or worker.index is not None
 
     def _task_def(self, task: model.Task) -> dict[str, Any]:

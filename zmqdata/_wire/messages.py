@@ -6,13 +6,14 @@ checks the version, the type and each field's runtime type, and raises
 ``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version mismatch)
 instead of letting bad input reach a handler.
 
->>> data = encode(GetSplit(request_id=7, iteration_id=3, repetition=0))
+>>> data = encode(GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=5))
 >>> decode(data)
-GetSplit(request_id=7, iteration_id=3, repetition=0)
+GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=5)
 """
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -108,11 +109,17 @@ class ProcessTask(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetSplit(Message):
-    """A DYNAMIC task asks for its next split of ``repetition``."""
+    """A DYNAMIC task asks for its next split of ``repetition``.
+
+    Idempotent: ``request_id`` counts the task's split requests, and a request
+    sent again (a retry after a stall or a dispatcher restart) gets the split
+    it was given the first time.
+    """
 
     TYPE: ClassVar[str] = "get_split"
     iteration_id: int
     repetition: int
+    task_id: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,11 +160,26 @@ class GetDatasetInfoReply(Message):
     TYPE: ClassVar[str] = "get_dataset_info_reply"
     element_spec: bytes
     compression: str | None
+    cardinality: int = -2
+    """The dataset's cardinality (-1 infinite, -2 unknown)."""
+
+
+def request_key() -> bytes:
+    """A fresh idempotency key: a retried request carries the same one."""
+    return os.urandom(16)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetOrCreateJob(Message):
+    """Finds or creates a job; ``request_key`` makes a retry find the job it made.
+
+    ``local_process``: the consumer's process (``target_workers="LOCAL"`` jobs
+    give tasks only to workers in their consumers' processes).
+    """
+
     TYPE: ClassVar[str] = "get_or_create_job"
+    request_key: bytes = field(default_factory=request_key)
+    local_process: str = ""
     dataset_id: str
     processing_mode: int
     job_name: str | None = None
@@ -174,11 +196,15 @@ class GetOrCreateJobReply(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetOrCreateIteration(Message):
-    """Joins iteration ``repetition`` of a job; the reply names this consumer."""
+    """Joins iteration ``repetition`` of a job; the reply names this consumer.
+
+    A retry (same ``request_key``) is answered as the consumer it created.
+    """
 
     TYPE: ClassVar[str] = "get_or_create_iteration"
     job_id: int
     repetition: int
+    request_key: bytes = field(default_factory=request_key)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

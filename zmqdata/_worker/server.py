@@ -19,7 +19,7 @@ from zmqdata._config import WorkerConfig
 from zmqdata._runtime import auth, metrics
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
-from zmqdata._runtime.process import PROCESS_TOKEN
+from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
@@ -275,6 +275,7 @@ class WorkerServer:
         self._control = _ControlLoop(config, self._data, self._runners, client_keys)
         self._metrics: metrics.MetricsServer | None = None
         self._stopped = False
+        self._counted = False
         if start:
             self.start()
 
@@ -296,6 +297,9 @@ class WorkerServer:
             raise FailedPreconditionError("a stopped WorkerServer cannot start again")
         self._data.start()
         self._control.start()
+        if not self._counted:  # target_workers="LOCAL" reads check for one
+            self._counted = True
+            LOCAL_WORKERS.started()
         port = self.config.metrics_port
         if port is not None and self._metrics is None:
             protocol = self.config.data_transfer_protocol or self.config.protocol
@@ -323,6 +327,8 @@ class WorkerServer:
         if self._stopped:
             return
         self._stopped = True
+        if self._counted:
+            LOCAL_WORKERS.stopped()
         if self._metrics is not None:
             self._metrics.stop()
         self._control.stop()

@@ -43,6 +43,10 @@ EMPTY_BACKOFF_MAX_S = 0.5
 class RemoteSplitProvider(SplitProvider):
     """Asks the dispatcher for the splits of one iteration, one repetition at a time.
 
+    Requests are numbered; one that gets no answer in time is sent again with
+    the same number, and the dispatcher answers it with the split it handed
+    out the first time (so a stalled or restarted dispatcher loses none).
+
     Under an endless ``repeat`` a worker whose repetitions come up empty because
     other workers took their few splits catches up at once; one that is at the
     dispatcher's current repetition and still finds nothing (the data is empty)
@@ -55,11 +59,13 @@ class RemoteSplitProvider(SplitProvider):
         self,
         dispatcher: str,
         iteration_id: int,
+        task_id: int,
         stop: threading.Event,
         timeout_s: float,
         keys: auth.ClientKeys | None = None,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        self._task_id = task_id
         self._keys = keys
         self._stop, self._timeout_s = stop, timeout_s
         self._repetition = 0
@@ -83,6 +89,7 @@ class RemoteSplitProvider(SplitProvider):
             request_id=self._request_id,
             iteration_id=self._iteration_id,
             repetition=self._repetition,
+            task_id=self._task_id,
         )
         reply = self._call(request)
         if isinstance(reply, m.Error):
@@ -214,6 +221,7 @@ class TaskRunner:
                 provider = RemoteSplitProvider(
                     self._dispatcher,
                     self._task["iteration_id"],
+                    self.task_id,
                     self._stop,
                     self._timeout_s,
                     self._keys,
