@@ -129,3 +129,29 @@ def test_a_crash_between_snapshot_and_new_journal_applies_nothing_twice(tmp_path
     assert reply.split == [5 * 15, 6 * 15]
     assert not (tmp_path / "journal-0.log").exists()
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_retried_requests_are_answered_as_before_also_after_a_restart(tmp_path):
+    """A kill -9 between the journal's fsync and the reply: the retry (same
+    request) finds the job, the consumer and the split the first attempt made."""
+    with Journal(str(tmp_path)) as journal:
+        live, _ = dynamic_job_with_splits(journal, 0)
+        dataset_id = next(iter(live.datasets))
+        job_request = m.GetOrCreateJob(dataset_id=dataset_id, processing_mode=1)
+        [(_, job)] = live.handle(b"c", job_request, 0.5)
+        join = m.GetOrCreateIteration(job_id=job.job_id, repetition=0)
+        joined = live.handle(b"c", join, 0.6)[0][1]
+        split = next_split_request(live, joined.iteration_id)
+        [(_, first)] = live.handle(b"w", split, 0.7)
+    with reopened(tmp_path) as replayed:
+        [(_, again)] = replayed.handle(b"c", job_request, 100.0)
+        assert again.job_id == job.job_id
+        rejoined = replayed.handle(b"c", join, 100.0)[0][1]
+        assert rejoined.client_id == joined.client_id
+        assert len(replayed.clients) == len(live.clients)
+        [(_, same)] = replayed.handle(b"w", split, 100.0)
+        assert same.split == first.split
+        [(_, following)] = replayed.handle(
+            b"w", next_split_request(replayed, joined.iteration_id), 100.0
+        )
+        assert following.split[0] == first.split[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -644,3 +645,48 @@ def test_status_shape(state):
     assert job["processing_mode"] == "distributed_epoch"
     assert job["num_consumers"] is None
     assert job["finished"] is False
+
+
+def test_a_retried_job_or_iteration_request_creates_nothing_new(state):
+    register_worker(state, "w:1")
+    dataset_id = register_dataset(state)
+    request = m.GetOrCreateJob(request_id=1, dataset_id=dataset_id, processing_mode=OFF)
+    first = reply(state, request)
+    assert reply(state, request).job_id == first.job_id  # unnamed, yet the same
+    assert reply(state, dataclasses.replace(request, request_key=b"other")).job_id != (
+        first.job_id
+    )
+    join_request = m.GetOrCreateIteration(job_id=first.job_id, repetition=0)
+    joined = reply(state, join_request)
+    assert reply(state, join_request).client_id == joined.client_id
+    assert len(state.clients) == 1
+
+
+def test_local_jobs_give_tasks_only_to_their_consumers_processes(state):
+    for name, process in (("a:1", "p1"), ("b:1", "p2")):
+        reply(
+            state,
+            m.RegisterWorker(
+                worker_address=name, data_address=f"tcp://{name}", local_process=process
+            ),
+            peer=name.encode(),
+        )
+    dataset_id = register_dataset(state, RANGE_20)
+    job_id = create_job(
+        state, dataset_id, DYNAMIC, "j", target_workers="LOCAL", local_process="p1"
+    )
+    [task] = join(state, job_id).tasks
+    assert task["worker_address"] == "a:1"
+    out = send(
+        state,
+        m.GetOrCreateJob(
+            dataset_id=dataset_id,
+            processing_mode=DYNAMIC,
+            job_name="j",
+            target_workers="LOCAL",
+            local_process="p2",
+        ),
+    )
+    pushed = [(peer, msg) for peer, msg in out if isinstance(msg, m.ProcessTask)]
+    assert [peer for peer, _ in pushed] == [b"b:1"]
+    assert len(join(state, job_id).tasks) == 2

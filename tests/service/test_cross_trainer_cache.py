@@ -6,6 +6,8 @@ import pytest
 
 import zmqdata as zd
 from zmqdata import errors, service
+from zmqdata._client import rpc
+from zmqdata._wire import messages as m
 
 
 def trainer(target: str, trainer_id: str, name: str = "cache", **options) -> zd.Dataset:
@@ -88,3 +90,27 @@ def test_cross_trainer_cache_needs_an_infinite_dataset(cluster):
     )
     with pytest.raises(errors.InvalidArgumentError, match="infinite cardinality"):
         next(iter(ds))
+
+
+def test_cross_trainer_cache_with_coordinated_reads_is_refused(cluster):
+    """It used to hang; now refused before any read, and by the dispatcher too."""
+    with pytest.raises(errors.InvalidArgumentError, match="coordinated"):
+        service.distribute(
+            "parallel_epochs",
+            "localhost:1",
+            job_name="j",
+            consumer_index=0,
+            num_consumers=2,
+            cross_trainer_cache=service.CrossTrainerCache("a"),
+        )
+    c = cluster(num_workers=1)
+    dataset_id = service.register_dataset(c.target, zd.Dataset.range(5).repeat())
+    request = m.GetOrCreateJob(
+        dataset_id=dataset_id,
+        processing_mode=0,
+        job_name="j",
+        num_consumers=2,
+        cross_trainer_cache=True,
+    )
+    with pytest.raises(errors.InvalidArgumentError, match="coordinated"):
+        rpc.call(c.target, request, m.GetOrCreateJobReply, 5.0)

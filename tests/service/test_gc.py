@@ -50,3 +50,16 @@ def test_a_dynamic_job_is_not_collected(cluster):
     rest = ints(named(c.target, "distributed_epoch"))
     assert first not in rest
     assert len(rest) < N
+
+
+def test_an_abandoned_unnamed_iterator_frees_its_job_and_buffers_at_once(cluster):
+    """No job GC wait (default 300 s): nobody can join an unnamed job again."""
+    c = cluster(2)
+    for mode in ("parallel_epochs", "distributed_epoch"):
+        ds = zd.Dataset.range(10**6).apply(service.distribute(mode, c.target))
+        for element in ds:  # a `break` out of the training loop
+            assert int(element) >= 0
+            break
+        poll_for(lambda: c.status()["jobs"] == [])
+        poll_for(lambda: all(w._num_tasks() == 0 for w in c.workers))
+        assert all(w.stats()["buffered_elements"] == 0 for w in c.workers)

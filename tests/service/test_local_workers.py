@@ -40,3 +40,21 @@ def test_local_reads_only_in_process_workers(remote_worker, target_workers, copi
         service.distribute("parallel_epochs", c.target, target_workers=target_workers)
     )
     assert Counter(ints(ds)) == {i: copies for i in range(50)}
+
+
+def test_local_distributed_epoch_hands_no_split_to_other_processes(remote_worker):
+    c, _ = remote_worker
+    ds = zd.Dataset.range(100).apply(
+        service.distribute("distributed_epoch", c.target, target_workers="LOCAL")
+    )
+    assert Counter(ints(ds)) == {i: 1 for i in range(100)}
+
+
+def test_local_read_without_a_worker_in_this_process_fails_at_once(cluster):
+    c = cluster(num_workers=1)
+    c.stop_worker(0)
+    ds = zd.Dataset.range(10).apply(
+        service.distribute("parallel_epochs", c.target, target_workers="LOCAL")
+    )
+    with pytest.raises(zd.errors.FailedPreconditionError, match="none runs here"):
+        list(ds)
