@@ -49,6 +49,7 @@ def tables(records: ClusterRecords) -> dict[str, Any]:
         "clients": plain(records.clients),
         "named_jobs": dict(records.named_jobs),
         "collected_clients": dict(records.collected_clients),
+        "created_by": dict(records.created_by),
         "by_fingerprint": dict(records.datasets_by_fingerprint),
         "next_id": records.next_id,
     }
