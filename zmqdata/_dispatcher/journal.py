@@ -1,19 +1,31 @@
 """The fault-tolerant dispatcher's write-ahead journal of state events.
 
-Each event is appended, flushed and fsync'ed *before* it is applied (and so
-before any reply that depends on it leaves the dispatcher); a restarted
-dispatcher loads the latest snapshot and replays the events logged after it.
-A record is a 4-byte big-endian length and a msgpack map ``{"t": event type,
-**fields}``. A torn record at the end (a crash mid-write) is cut off on open;
-corruption anywhere else raises ``FailedPreconditionError`` rather than
-replaying a wrong state.
+Each event is appended and fsync'ed *before* it is applied (and so before any
+reply that depends on it leaves the dispatcher); a restarted dispatcher loads
+the latest snapshot and replays the events logged after it.
+
+A journal file starts with ``MAGIC``; each record is a 12-byte header (payload
+length, CRC-32 of the length bytes, CRC-32 of the payload; big-endian) and a
+msgpack payload ``{"t": event type, **fields}``. On open, only an *incomplete
+last record* (a crash mid-write: a short header, a payload past the end of the
+file, or zeros to the end that the file system never filled) is a torn tail:
+it was never acknowledged, so it is cut off (its bytes are kept in a
+``.torn`` file beside the journal). Anything else that fails its checksum or
+does not decode refuses to start with ``JournalCorruptError``, naming the file
+and the offset; ``repair`` (``zmqdata dispatcher --repair-journal``) keeps the
+records before the damage and a backup of the whole file. A failed append
+(a full disk) is rolled back to the last whole record and raised as
+``UnavailableError``: the event was not applied, and the journal stays
+readable.
 
 Compaction keeps replay short: generation ``g`` is ``snapshot-g.msgpack`` (the
 state when it began; none for generation 0) plus ``journal-g.log``. ``compact``
 writes ``snapshot-(g+1)`` atomically (temporary file, fsync, rename, fsync of
 the directory), then starts ``journal-(g+1).log`` and deletes generation ``g``.
 A crash at any point leaves either the old generation or the new one whole,
-and opening picks the newest snapshot, so no event is applied twice.
+and opening picks the newest snapshot, so no event is applied twice. A journal
+written before records had checksums (no ``MAGIC``) is replayed as it was
+written and compacted at once.
 
 >>> import tempfile
 >>> from zmqdata._dispatcher import events as ev
@@ -28,30 +40,56 @@ and opening picks the newest snapshot, so no event is applied twice.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import shutil
 import struct
+import time
 import typing
+import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Self
+from typing import Any, Self
 
 import msgpack
 
 from zmqdata._dispatcher import events as ev
-from zmqdata.errors import FailedPreconditionError
+from zmqdata.errors import FailedPreconditionError, UnavailableError
+
+logger = logging.getLogger(__name__)
 
 COMPACT_MIN_EVENTS = 10_000
 """Compact once the journal has this many events and more bytes than the
 snapshot it follows (so snapshot writes cost at most as much as the appends)."""
-_LENGTH = struct.Struct(">I")
+MAGIC = b"zmqdata journal 2\n"
+_HEADER = struct.Struct(">III")
+_LEGACY_LENGTH = struct.Struct(">I")
 _EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Event)}
 
 
+class JournalCorruptError(FailedPreconditionError):
+    """The journal is damaged before its end; the dispatcher refuses to start."""
+
+    def __init__(self, path: Path, offset: int, why: str) -> None:
+        super().__init__(
+            f"journal {path} is corrupt at byte {offset} ({why}); refusing to start "
+            "from a wrong state. `zmqdata dispatcher --repair-journal` keeps the "
+            "records before it (and a backup of the file)"
+        )
+        self.path, self.offset = path, offset
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
 def encode_event(event: ev.Event) -> bytes:
-    """One journal record (length prefix included)."""
+    """One journal record (header included)."""
     body = {"t": type(event).__name__, **dataclasses.asdict(event)}
     payload: bytes = msgpack.packb(body)
-    return _LENGTH.pack(len(payload)) + payload
+    length = struct.pack(">I", len(payload))
+    return _HEADER.pack(len(payload), _crc(length), _crc(payload)) + payload
 
 
 def decode_event(payload: bytes) -> ev.Event:
@@ -65,13 +103,71 @@ def decode_event(payload: bytes) -> ev.Event:
     return event
 
 
+@dataclass
+class _Scan:
+    """What a journal file holds: whole records, then maybe a torn tail."""
+
+    records: list[tuple[int, bytes]]
+    """(offset, payload) of each whole record."""
+    valid_bytes: int
+    """Where the whole records end (a torn tail starts here)."""
+    legacy: bool = False
+
+
+def _scan(path: Path) -> _Scan:
+    """Reads every record; raises ``JournalCorruptError`` on damage before the end."""
+    data = path.read_bytes() if path.exists() else b""
+    if not data:
+        return _Scan([], 0)
+    if not data.startswith(MAGIC):
+        if MAGIC.startswith(data):  # a crash while the magic was written
+            return _Scan([], 0)
+        return _scan_legacy(path, data)
+    records: list[tuple[int, bytes]] = []
+    offset = len(MAGIC)
+    while offset < len(data):
+        if offset + _HEADER.size > len(data):
+            break  # torn: a short header
+        length, length_crc, payload_crc = _HEADER.unpack_from(data, offset)
+        if _crc(data[offset : offset + 4]) != length_crc:
+            if not data[offset:].strip(b"\0"):
+                break  # torn: zeros to the end, never filled by the file system
+            raise JournalCorruptError(path, offset, "bad record header")
+        start = offset + _HEADER.size
+        if start + length > len(data):
+            break  # torn: the last record was not written whole
+        payload = data[start : start + length]
+        if _crc(payload) != payload_crc:
+            raise JournalCorruptError(path, offset, "record checksum mismatch")
+        records.append((offset, payload))
+        offset = start + length
+    return _Scan(records, offset)
+
+
+def _scan_legacy(path: Path, data: bytes) -> _Scan:
+    """A journal of length-prefixed records without checksums (before MAGIC)."""
+    records: list[tuple[int, bytes]] = []
+    offset = 0
+    while offset + _LEGACY_LENGTH.size <= len(data):
+        (length,) = _LEGACY_LENGTH.unpack_from(data, offset)
+        end = offset + _LEGACY_LENGTH.size + length
+        if end > len(data):
+            break
+        records.append((offset, data[offset + _LEGACY_LENGTH.size : end]))
+        offset = end
+    return _Scan(records, offset, legacy=True)
+
+
 def _generation(path: Path) -> int:
     """The generation in a ``journal-G.log`` / ``snapshot-G.msgpack`` name."""
     return int(path.name.split(".")[0].split("-")[1])
 
 
 class Journal:
-    """The latest snapshot and the events after it, in ``work_dir``."""
+    """The latest snapshot and the events after it, in ``work_dir``.
+
+    Raises ``JournalCorruptError`` when the journal is damaged before its end.
+    """
 
     def __init__(self, work_dir: str) -> None:
         self.directory = Path(work_dir)
@@ -80,9 +176,12 @@ class Journal:
         self.generation = max((_generation(p) for p in snapshots), default=0)
         self._remove_other_generations()
         self.path = self._journal_path(self.generation)
-        self._valid_bytes, self.events = self._scan()
-        self._file: BinaryIO = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._file.truncate(self._valid_bytes)
+        scan = _scan(self.path)
+        self._records, self.events = scan.records, len(scan.records)
+        self._legacy = scan.legacy
+        self._valid_bytes = scan.valid_bytes
+        self._cut_torn_tail()
+        self._fd = self._open_for_append(self.path)
         snapshot = self._snapshot_path(self.generation)
         self._snapshot_bytes = snapshot.stat().st_size if snapshot.exists() else 0
 
@@ -98,58 +197,85 @@ class Journal:
                 if path.suffix == ".tmp" or _generation(path) != self.generation:
                     path.unlink()
 
+    def _cut_torn_tail(self) -> None:
+        """Cuts an incomplete last record off, keeping its bytes beside the file."""
+        if not self.path.exists() or self.path.stat().st_size <= self._valid_bytes:
+            return
+        with open(self.path, "r+b") as file:
+            file.seek(self._valid_bytes)
+            torn = file.read()
+            kept = self.path.with_name(f"{self.path.name}.torn-{self._valid_bytes}")
+            kept.write_bytes(torn)
+            file.truncate(self._valid_bytes)
+            os.fsync(file.fileno())
+        logger.warning(
+            "journal %s: cut an incomplete last record of %d bytes at byte %d "
+            "(a crash mid-write; kept in %s)",
+            self.path,
+            len(torn),
+            self._valid_bytes,
+            kept.name,
+        )
+
+    def _open_for_append(self, path: Path) -> int:
+        """An append descriptor (unbuffered, so a failed write leaves nothing queued)."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if self._valid_bytes == 0 and not self._legacy:
+            self._write(fd, MAGIC)
+            self._valid_bytes = len(MAGIC)
+        return fd
+
     def snapshot(self) -> bytes | None:
         """The snapshot the current journal follows (None in generation 0)."""
         path = self._snapshot_path(self.generation)
         return path.read_bytes() if path.exists() else None
 
-    def _records(self) -> Iterator[tuple[int, bytes]]:
-        """(end offset, payload) of each complete record."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        offset = 0
-        while offset + _LENGTH.size <= len(data):
-            (length,) = _LENGTH.unpack_from(data, offset)
-            end = offset + _LENGTH.size + length
-            if end > len(data):
-                return  # a torn last record
-            yield end, data[offset + _LENGTH.size : end]
-            offset = end
-
-    def _scan(self) -> tuple[int, int]:
-        """(bytes, count) of the complete records."""
-        valid = count = 0
-        for end, _ in self._records():
-            valid, count = end, count + 1
-        return valid, count
-
     def replay(self) -> Iterator[ev.Event]:
-        """Every complete event, oldest first."""
-        for end, payload in self._records():
-            if end > self._valid_bytes:
-                return
+        """Every event read at open, oldest first (each read once)."""
+        records, self._records = self._records, []
+        for offset, payload in records:
             try:
                 yield decode_event(payload)
             except Exception as error:
-                raise FailedPreconditionError(
-                    f"journal {self.path} is corrupt at byte {end - len(payload)}: "
-                    f"{error!r}; refusing to start from a wrong state"
+                raise JournalCorruptError(
+                    self.path, offset, f"undecodable event: {error!r}"
                 ) from None
 
+    def _write(self, fd: int, data: bytes) -> None:
+        """Writes ``data`` durably, or rolls the file back and raises ``UnavailableError``."""
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as error:
+            try:
+                os.ftruncate(fd, self._valid_bytes)
+            except OSError:
+                logger.exception("journal %s: rolling back a failed write", self.path)
+            raise UnavailableError(
+                f"the dispatcher's journal {self.path} cannot be written "
+                f"({error.strerror or error}); the request was not applied"
+            ) from None
+
     def append(self, event: ev.Event) -> None:
-        """Writes one event durably (fsync) before the caller applies it."""
+        """Writes one event durably (fsync) before the caller applies it.
+
+        A failed write (e.g. a full disk) is rolled back and raises
+        ``UnavailableError``: the caller must not apply the event.
+        """
         record = encode_event(event)
-        self._file.write(record)
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._write(self._fd, record)
         self.events += 1
         self._valid_bytes += len(record)
 
     @property
     def wants_compaction(self) -> bool:
-        """Whether replaying the journal now costs more than writing a snapshot."""
-        return (
+        """Whether replaying the journal now costs more than writing a snapshot.
+
+        Always true for a journal without checksums (rewritten at once).
+        """
+        return self._legacy or (
             self.events >= COMPACT_MIN_EVENTS
             and self._valid_bytes >= self._snapshot_bytes
         )
@@ -157,24 +283,34 @@ class Journal:
     def compact(self, snapshot: bytes) -> None:
         """Starts the next generation from ``snapshot``.
 
-        ``snapshot`` is the state after every event appended so far.
+        ``snapshot`` is the state after every event appended so far. A failure
+        (a full disk) leaves the current generation in place and raises
+        ``UnavailableError``.
         """
         generation = self.generation + 1
         target = self._snapshot_path(generation)
         temporary = target.with_suffix(".tmp")
-        with open(temporary, "wb") as file:
-            file.write(snapshot)
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with open(temporary, "wb") as file:
+                file.write(snapshot)
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as error:
+            temporary.unlink(missing_ok=True)
+            raise UnavailableError(
+                f"cannot write the journal snapshot {temporary} "
+                f"({error.strerror or error})"
+            ) from None
         temporary.rename(target)
         self._sync_directory()
-        self._file.close()
+        os.close(self._fd)
         self.generation = generation
         self._remove_other_generations()
         self.path = self._journal_path(generation)
-        self._file = open(self.path, "ab")  # noqa: SIM115 - closed in close()
-        self._sync_directory()
         self.events = self._valid_bytes = 0
+        self._legacy = False
+        self._fd = self._open_for_append(self.path)
+        self._sync_directory()
         self._snapshot_bytes = len(snapshot)
 
     def _sync_directory(self) -> None:
@@ -186,10 +322,52 @@ class Journal:
 
     def close(self) -> None:
         """Closes the file; appending afterwards is an error."""
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def repair(work_dir: str) -> str:
+    """Keeps the whole records before the first damaged one; returns what it did.
+
+    The damaged journal is first copied to ``journal-G.log.bak-<time>`` in
+    ``work_dir``; nothing else is deleted. Events after the damage are lost:
+    the restarted dispatcher resumes from the state before them.
+    """
+    directory = Path(work_dir)
+    snapshots = directory.glob("snapshot-*.msgpack")
+    generation = max((_generation(p) for p in snapshots), default=0)
+    path = directory / f"journal-{generation}.log"
+    damage = _first_damage(path)
+    if damage is None:
+        return f"{path}: no damage found; nothing changed"
+    backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%dT%H%M%S')}")
+    shutil.copy2(path, backup)
+    with open(path, "r+b") as file:
+        file.truncate(damage)
+        os.fsync(file.fileno())
+    return (
+        f"{path}: kept the {damage} bytes of whole records before the damage, cut "
+        f"{backup.stat().st_size - damage} bytes (the whole file is backed up in "
+        f"{backup.name})"
+    )
+
+
+def _first_damage(path: Path) -> int | None:
+    """The offset of the first damaged record (bad checksum or event), if any."""
+    try:
+        scan = _scan(path)
+    except JournalCorruptError as error:
+        return error.offset
+    for offset, payload in scan.records:
+        try:
+            decode_event(payload)
+        except Exception:
+            return offset
+    return None

@@ -38,6 +38,7 @@ from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    UnavailableError,
     ZmqDataError,
     to_code,
 )
@@ -199,6 +200,8 @@ class DispatcherState(ClusterRecords):
                 ClusterRecords.apply(self, event)
             self._restart_clocks(now)
             self._journal = journal
+            if journal.wants_compaction:  # e.g. a journal without checksums
+                self._compact()
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
         # Metrics, not state: like heartbeat times, none of these is an event.
         self.worker_samples: dict[int, WorkerSample] = {}
@@ -224,10 +227,18 @@ class DispatcherState(ClusterRecords):
         The journal is compacted into a snapshot when that is due.
         """
         if self._journal is not None:
-            self._journal.append(event)
+            self._journal.append(event)  # raises UnavailableError if it cannot
         super().apply(event)
         if self._journal is not None and self._journal.wants_compaction:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Snapshots the state into a new journal generation (retried if it fails)."""
+        assert self._journal is not None
+        try:
             self._journal.compact(snapshot.dump(self))
+        except UnavailableError as error:  # the old generation stays whole
+            logger.error("journal compaction failed, retried later: %s", error)
 
     def _restart_clocks(self, now: float) -> None:
         """After a replay every peer counts as just seen, as in tf.data.
@@ -263,7 +274,19 @@ class DispatcherState(ClusterRecords):
             return [(peer, reply)]
 
     def tick(self, now: float) -> list[Outgoing]:
-        """Periodic work: drops silent workers and clients; job GC."""
+        """Periodic work: drops silent workers and clients; job GC.
+
+        A journal that cannot be written (a full disk) leaves the state as it
+        was; the same work is tried again at the next tick.
+        """
+        try:
+            return self._tick(now)
+        except UnavailableError as error:
+            self.errors_total += 1
+            logger.error("dispatcher tick postponed: %s", error)
+            return []
+
+    def _tick(self, now: float) -> list[Outgoing]:
         worker_timeout = self.config.worker_timeout_ms / 1000
         for worker in list(self.workers.values()):
             if now - worker.last_seen > worker_timeout:

@@ -53,6 +53,8 @@ class PollLoop:
         self._loop_ready = threading.Event()
         self._loop_finished = threading.Event()
         self._startup_error: BaseException | None = None
+        self.failure: BaseException | None = None
+        """The error that ended the loop while it served (None: stopped or running)."""
         self._loop_lock = threading.Lock()
 
     # ------------------------------------------------------------ for subclasses
@@ -134,8 +136,16 @@ class PollLoop:
         thread.join(JOIN_TIMEOUT_S)
 
     def join(self, timeout: float | None = None) -> None:
-        """Blocks until the loop has stopped (or ``timeout`` passes)."""
+        """Blocks until the loop has stopped (or ``timeout`` passes).
+
+        Raises ``UnavailableError`` if the loop ended by crashing, so a daemon
+        waiting here exits with an error instead of living on as a zombie.
+        """
         self._loop_finished.wait(timeout)
+        if self.failure is not None:
+            raise UnavailableError(
+                f"{self.name} stopped on an unexpected error: {self.failure!r}"
+            ) from self.failure
 
     @property
     def running(self) -> bool:
@@ -158,7 +168,8 @@ class PollLoop:
         self._loop_ready.set()
         try:
             self._run(stop_rx)
-        except Exception:
+        except Exception as error:
+            self.failure = error
             logger.exception("%s crashed", self.name)
         finally:
             try:
