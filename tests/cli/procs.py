@@ -100,10 +100,12 @@ def zmqdata(
                 stream.close()
 
 
-def run(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Runs ``zmqdata ARGS`` to completion."""
+def run(
+    *args: str, timeout: float = 30.0, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``zmqdata ARGS`` to completion (``prefix``: see ``Proc``)."""
     return subprocess.run(
-        [sys.executable, "-m", "zmqdata", *args],
+        [*prefix, sys.executable, "-m", "zmqdata", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -97,7 +97,19 @@ class Network:
         number = len(self.hosts) + 1
         namespace, port = self._namespace(), f"p{number}"
         bridge = ("-n", self._bridge)
-        ip(*bridge, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+        ip(
+            *bridge,
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            namespace,
+        )
         ip(*bridge, "link", "set", port, "master", "br0", "up")
         host = Host(namespace, f"{self.subnet}.{number}")
         ip("-n", namespace, "addr", "add", f"{host.address}/24", "dev", "eth0")
@@ -114,7 +126,12 @@ class Network:
 
 
 def unavailable_reason() -> str | None:
-    """Why namespaces cannot be made here (None: they can)."""
+    """Why namespaces cannot be made here (None: they can).
+
+    ``ZMQDATA_NO_NETNS=1`` says they cannot, to skip the tier on purpose.
+    """
+    if os.environ.get("ZMQDATA_NO_NETNS") == "1":
+        return "ZMQDATA_NO_NETNS=1 is set"
     if not sys.platform.startswith("linux"):
         return f"network namespaces need Linux, not {sys.platform}"
     if os.geteuid() != 0:
