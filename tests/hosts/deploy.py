@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests.cli.procs import Proc, run, zmqdata
 from tests.hosts.netns import Host, Network
 
 ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("dispatcher", "worker")
 MULTI_HOST = "configs/multi-host.yaml"
 _PROMPT = re.compile(r"^(dispatcher|worker)-host(?:-N)?\$\s+zmqdata (.*)$")
 
@@ -35,6 +38,35 @@ def docs_commands() -> list[tuple[str, list[str]]]:
         assert match, f"unexpected line in deployment.md's console block: {line!r}"
         commands.append((match.group(1), shlex.split(match.group(2), comments=True)))
     return commands
+
+
+def container_commands(kind: str) -> tuple[list[tuple[str, list[str]]], str | None]:
+    """``(role, argv)`` of the containers in configs/docker-compose.yaml or configs/k8s/.
+
+    The dispatcher's service name becomes ``dispatcher-host`` (the cluster's
+    DNS would resolve it). Also returns the worker ConfigMap's file (k8s).
+    """
+    configs = ROOT / "configs"
+    if kind == "compose":
+        services = yaml.safe_load((configs / "docker-compose.yaml").read_text())
+        argv = {role: services["services"][role]["command"] for role in SERVICES}
+        config_map = None
+    else:
+        argv, config_map = {}, None
+        for role in SERVICES:
+            for doc in yaml.safe_load_all(
+                (configs / "k8s" / f"{role}.yaml").read_text()
+            ):
+                if doc["kind"] in ("StatefulSet", "Deployment"):
+                    [container] = doc["spec"]["template"]["spec"]["containers"]
+                    argv[role] = container["args"]
+                elif doc["kind"] == "ConfigMap":
+                    config_map = doc["data"]["worker.yaml"]
+    named = re.compile(r"(zmqdata-)?dispatcher:5050")
+    return [
+        (role, [named.sub("dispatcher-host:5050", arg) for arg in argv[role]])
+        for role in SERVICES
+    ], config_map
 
 
 @dataclass(frozen=True)
@@ -77,6 +109,12 @@ class Deployment:
         self.work_dir = directory / "journal"
         self.config = directory / "multi-host.yaml"
         self.procs: dict[str, Proc] = {}
+        self.swap = {
+            MULTI_HOST: str(self.config),
+            "dispatcher-host": self.dispatcher_host.address,
+            "/var/lib/zmqdata": str(self.work_dir),
+        }
+        """Docs spelling -> this deployment's, replaced in every command."""
 
     def write_config(self, changes: dict[str, str] | None = None) -> None:
         """configs/multi-host.yaml with the user's edits, plus exact ``changes``."""
@@ -95,12 +133,7 @@ class Deployment:
         self.config.write_text(text)
 
     def _argv(self, argv: list[str]) -> list[str]:
-        swap = {
-            MULTI_HOST: str(self.config),
-            "dispatcher-host": self.dispatcher_host.address,
-            "/var/lib/zmqdata": str(self.work_dir),
-        }
-        for old, new in swap.items():
+        for old, new in self.swap.items():
             argv = [arg.replace(old, new) for arg in argv]
         return argv
 

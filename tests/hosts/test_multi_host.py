@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from tests.hosts.deploy import Deployment, docs_commands
+from tests.hosts.deploy import Deployment, container_commands, docs_commands
 
 N = 2000
 SECURE = [(role, argv) for role, argv in docs_commands() if "--config" in argv]
@@ -36,6 +36,9 @@ def test_distributed_epoch_across_hosts_reads_each_element_once(cluster):
     result = read(cluster, mode="distributed_epoch")
     assert sorted(result["elements"]) == list(range(N))
     assert sorted(result["workers"]) == cluster.advertised()
+    for k, host in enumerate(cluster.worker_hosts):
+        logged = rf"worker bound tcp://0\.0\.0\.0:5051, advertised as tcp://{host.address}:5051"
+        assert cluster.procs[f"worker-{k}"].count(logged) == 1
 
 
 def test_parallel_epochs_across_hosts_reads_a_copy_per_worker(cluster):
@@ -54,6 +57,19 @@ def test_a_shared_job_splits_one_epoch_between_trainers_on_two_hosts(cluster):
 def test_the_documented_flags_serve_without_keys(deployment):
     d = deployment(secure=False)
     d.start_cluster(FLAGS, workers=2)
+    result = read(d, mode="distributed_epoch")
+    assert sorted(result["elements"]) == list(range(N))
+    assert sorted(result["workers"]) == d.advertised()
+
+
+@pytest.mark.parametrize("kind", ["compose", "k8s"])
+def test_the_container_configs_serve_across_hosts(deployment, kind):
+    d = deployment(secure=False)
+    commands, config_map = container_commands(kind)
+    if config_map is not None:
+        (d.directory / "worker.yaml").write_text(config_map)
+        d.swap["/etc/zmqdata/worker.yaml"] = str(d.directory / "worker.yaml")
+    d.start_cluster(commands, workers=2)
     result = read(d, mode="distributed_epoch")
     assert sorted(result["elements"]) == list(range(N))
     assert sorted(result["workers"]) == d.advertised()
@@ -84,6 +100,5 @@ def test_a_worker_killed_mid_read_dynamic_read_ends_at_most_once(deployment):
     assert len(got) == len(set(got))  # at most once
     assert set(got) <= set(range(N))
     assert len(got) > 10  # the surviving worker went on
-    assert result["workers"] == [d.advertised()[0]] or result["workers"] == [
-        d.advertised()[1]
-    ]
+    survivor = d.worker_hosts[0].address
+    assert result["workers"] == [[f"{survivor}:5051", f"tcp://{survivor}:5051"]]
