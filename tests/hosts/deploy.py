@@ -109,11 +109,11 @@ class Deployment:
         self.work_dir = directory / "journal"
         self.config = directory / "multi-host.yaml"
         self.procs: dict[str, Proc] = {}
-        self.swap = {
-            MULTI_HOST: str(self.config),
+        self._edits = {
             "dispatcher-host": self.dispatcher_host.address,
             "/var/lib/zmqdata": str(self.work_dir),
         }
+        self.swap = {MULTI_HOST: str(self.config), **self._edits}
         """Docs spelling -> this deployment's, replaced in every command."""
 
     def write_config(self, changes: dict[str, str] | None = None) -> None:
@@ -121,10 +121,9 @@ class Deployment:
         assert self.keys is not None
         text = (ROOT / MULTI_HOST).read_text()
         edits = {
-            "dispatcher-host": self.dispatcher_host.address,
+            **self._edits,
             "/etc/zmqdata/keys": str(self.keys.server),
             "/etc/zmqdata/authorized": str(self.keys.authorized),
-            "/var/lib/zmqdata": str(self.work_dir),
             **(changes or {}),
         }
         for old, new in edits.items():
