@@ -1,6 +1,6 @@
 """Which address a worker advertises: never the wildcard it binds.
 
-A data socket bound to ``0.0.0.0`` (or ``*``, ``::``) listens on every
+A data socket bound to ``0.0.0.0`` (or ``*``) listens on every
 interface, but ``tcp://0.0.0.0:5051`` is no address a consumer on another host
 can dial. Unless ``worker_address`` says otherwise, the worker advertises the
 local address of the interface that routes to its dispatcher: the address the
@@ -18,12 +18,12 @@ UDP ``connect`` used to ask the kernel for the route sends no packet.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 
 from zmqdata.errors import UnavailableError
 
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "*", "::", "[::]", ""})
+# The sockets are IPv4 (ZMQ_IPV6 stays off), so are the addresses advertised.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "*"})
 LOOPBACK = "127.0.0.1"
 
 
@@ -34,19 +34,6 @@ def is_wildcard(host: str) -> bool:
     (True, True, False)
     """
     return host in WILDCARD_HOSTS
-
-
-def host_port(host: str, port: int | str) -> str:
-    """``host:port``, with an IPv6 address in brackets.
-
-    >>> host_port("10.0.0.7", 5051), host_port("fd00::7", 5051)
-    ('10.0.0.7:5051', '[fd00::7]:5051')
-    """
-    try:
-        version = ipaddress.ip_address(host).version
-    except ValueError:
-        version = 4  # a name
-    return f"[{host}]:{port}" if version == 6 else f"{host}:{port}"
 
 
 def route_address(dispatcher_endpoint: str) -> str:
@@ -63,10 +50,9 @@ def route_address(dispatcher_endpoint: str) -> str:
     if protocol != "tcp":
         return LOOPBACK
     host, _, port = address.rpartition(":")
-    host = host.strip("[]")
     try:
         family, kind, proto, _, sockaddr = socket.getaddrinfo(
-            host, int(port), type=socket.SOCK_DGRAM
+            host, int(port), socket.AF_INET, socket.SOCK_DGRAM
         )[0]
         with socket.socket(family, kind, proto) as probe:
             probe.connect(sockaddr)  # UDP: picks a route, sends nothing
@@ -100,5 +86,5 @@ def advertise(
         host, _, port = bound.rpartition(":")
         if is_wildcard(host):
             host = route_address(dispatcher_endpoint)
-        worker_address = host_port(host.strip("[]"), port)
+        worker_address = f"{host}:{port}"
     return worker_address, f"tcp://{worker_address}"
