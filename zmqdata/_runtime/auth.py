@@ -140,7 +140,7 @@ def secure_client(sock: zmq.Socket[Any], keys: ClientKeys | None) -> None:
 
 
 def handshake_monitor(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
-    """A monitor of ``sock``'s handshake failures (call before ``connect``)."""
+    """A monitor of ``sock``'s handshakes, failed and done (call before ``connect``)."""
     events = HANDSHAKE_FAILURES | zmq.EVENT_HANDSHAKE_SUCCEEDED
     monitor: zmq.Socket[Any] = sock.get_monitor_socket(events)
     monitor.setsockopt(zmq.LINGER, 0)
