@@ -83,7 +83,8 @@ def dispatcher(
 @click.option(
     "--worker-address",
     default=None,
-    help="host:port consumers connect to [default: the bound host and port].",
+    help="host:port consumers connect to [default: the bound host and port; "
+    "for --host 0.0.0.0, this host's address towards the dispatcher].",
 )
 @click.option("--heartbeat-interval-ms", type=int, default=None)
 @_insecure_option

@@ -170,8 +170,10 @@ class WorkerConfig:
 
     Attributes:
         dispatcher_address: ``"host:port"`` or a full target of the dispatcher.
-        worker_address: ``host:port`` advertised to consumers (default: the
-            data socket's own host and port).
+        worker_address: ``host:port`` the worker registers as and consumers
+            dial (``tcp://`` + it). Default: the bound host and port; for a
+            wildcard host (``0.0.0.0``, ``*``) this host's address on
+            the route to the dispatcher. Set it behind NAT or port mapping.
         port: Data port to bind; 0 picks a free one.
         protocol: Control protocol, ``"tcp"`` or ``"ipc"``.
         host: Interface the data socket binds.

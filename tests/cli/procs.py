@@ -15,11 +15,18 @@ from tests.helpers import poll_for
 
 
 class Proc:
-    """A ``python -m zmqdata ...`` child whose stderr lines are collected."""
+    """A ``python -m zmqdata ...`` child whose stderr lines are collected.
 
-    def __init__(self, args: Sequence[str]) -> None:
+    ``prefix`` goes before the interpreter (e.g. ``ip netns exec NS env K=V``:
+    commands that exec, so the child keeps its pid); ``module`` replaces
+    ``zmqdata``.
+    """
+
+    def __init__(
+        self, args: Sequence[str], prefix: Sequence[str] = (), module: str = "zmqdata"
+    ) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "zmqdata", *args],
+            [*prefix, sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -75,9 +82,11 @@ class Proc:
 
 
 @contextmanager
-def zmqdata(*args: str) -> Iterator[Proc]:
-    """Runs ``zmqdata ARGS``; on exit terminates it (then kills its group)."""
-    proc = Proc(args)
+def zmqdata(
+    *args: str, prefix: Sequence[str] = (), module: str = "zmqdata"
+) -> Iterator[Proc]:
+    """Runs ``zmqdata ARGS`` (see ``Proc``); on exit terminates it, kills its group."""
+    proc = Proc(args, prefix, module)
     try:
         yield proc
     finally:
@@ -91,10 +100,12 @@ def zmqdata(*args: str) -> Iterator[Proc]:
                 stream.close()
 
 
-def run(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Runs ``zmqdata ARGS`` to completion."""
+def run(
+    *args: str, timeout: float = 30.0, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``zmqdata ARGS`` to completion (``prefix``: see ``Proc``)."""
     return subprocess.run(
-        [sys.executable, "-m", "zmqdata", *args],
+        [*prefix, sys.executable, "-m", "zmqdata", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -20,6 +20,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,11 @@ HANDSHAKE_FAILURES = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
+# A wrong server key shows only as handshakes cut off (NO_DETAIL, EPIPE), but
+# so does one server killed mid-handshake: count NO_DETAIL only this many times
+# in a row, with no handshake succeeding in between.
+NO_DETAIL_STRIKES = 3
+_strikes: weakref.WeakKeyDictionary[zmq.Socket[Any], int] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +140,9 @@ def secure_client(sock: zmq.Socket[Any], keys: ClientKeys | None) -> None:
 
 
 def handshake_monitor(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
-    """A monitor of ``sock``'s handshake failures (call before ``connect``)."""
-    monitor: zmq.Socket[Any] = sock.get_monitor_socket(HANDSHAKE_FAILURES)
+    """A monitor of ``sock``'s handshakes, failed and done (call before ``connect``)."""
+    events = HANDSHAKE_FAILURES | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    monitor: zmq.Socket[Any] = sock.get_monitor_socket(events)
     monitor.setsockopt(zmq.LINGER, 0)
     return monitor
 
@@ -148,6 +155,13 @@ def check_handshake(monitor: zmq.Socket[Any], target: str) -> None:
         except zmq.Again:
             return
         event = parse_monitor_message(frames)["event"]
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            _strikes.pop(monitor, None)
+            continue
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            _strikes[monitor] = _strikes.get(monitor, 0) + 1
+            if _strikes[monitor] < NO_DETAIL_STRIKES:
+                continue
         if event & HANDSHAKE_FAILURES:
             raise PermissionDeniedError(
                 f"authentication with {target} failed: check the CURVE keys "

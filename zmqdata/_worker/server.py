@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, metrics
+from zmqdata._runtime import auth, hostaddr, metrics
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
@@ -51,12 +51,9 @@ class _ControlLoop(PollLoop):
         self._next_send = 0.0
         self._backoff = Backoff(0.05, max(0.05, self._heartbeat_s))
         self._last_reply = time.monotonic()
-
-    @property
-    def worker_address(self) -> str:
-        if self.config.worker_address is not None:
-            return self.config.worker_address
-        return self._data.endpoint.split("://", 1)[1]
+        # What the worker registers as (host:port) and where consumers dial
+        # it; set by WorkerServer.start() once the data socket is bound.
+        self.worker_address = self.data_address = ""
 
     def setup(self) -> None:
         self._dealer = self.socket(zmq.DEALER)
@@ -78,7 +75,7 @@ class _ControlLoop(PollLoop):
             m.RegisterWorker(
                 request_id=self._request_id,
                 worker_address=self.worker_address,
-                data_address=self._data.endpoint,
+                data_address=self.data_address,
                 tags=list(self.config.worker_tags),
                 version=__version__,
                 local_process=PROCESS_TOKEN,
@@ -286,16 +283,26 @@ class WorkerServer:
 
     @property
     def address(self) -> str:
-        """The data endpoint consumers read from (e.g. ``tcp://127.0.0.1:5051``)."""
-        if not self._data.endpoint:
+        """The endpoint consumers read from, as registered with the dispatcher.
+
+        Not the bound one when that is a wildcard: a worker bound to
+        ``0.0.0.0:5051`` is read at ``tcp://<worker_address>`` or, by default,
+        at ``tcp://<this host's address towards the dispatcher>:5051``.
+        """
+        if not self._control.data_address:
             raise FailedPreconditionError("the worker has no address until start()")
-        return self._data.endpoint
+        return self._control.data_address
 
     def start(self) -> None:
         """Binds the data socket, then starts registering with the dispatcher."""
         if self._stopped:
             raise FailedPreconditionError("a stopped WorkerServer cannot start again")
         self._data.start()
+        try:
+            self._advertise()
+        except BaseException:
+            self.stop()
+            raise
         self._control.start()
         if not self._counted:  # target_workers="LOCAL" reads check for one
             self._counted = True
@@ -312,6 +319,19 @@ class WorkerServer:
             except BaseException:
                 self.stop()
                 raise
+
+    def _advertise(self) -> None:
+        control = self._control
+        control.worker_address, control.data_address = hostaddr.advertise(
+            self._data.endpoint,
+            self.config.dispatcher_address,
+            self.config.worker_address,
+        )
+        logger.info(
+            "worker bound %s, advertised as %s",
+            self._data.endpoint,
+            control.data_address,
+        )
 
     @property
     def metrics_address(self) -> str | None:
