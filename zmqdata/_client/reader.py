@@ -17,10 +17,13 @@ Replies on one connection keep their order, so one worker's order is kept.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
+import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -474,6 +477,7 @@ class DistributedIterator(DatasetIterator):
         )
         self._fetcher.start()
         self._closed = False
+        _open_iterators.add(self)
 
     def __next__(self) -> Any:
         while not self._local:
@@ -508,10 +512,33 @@ class DistributedIterator(DatasetIterator):
         return element
 
     def close(self) -> None:
+        """Stops the fetcher (and releases this reader); idempotent, any thread.
+
+        A ``__next__`` waiting in another thread (a ``prefetch`` producer)
+        wakes at once and ends.
+        """
         if not self._closed:
             self._closed = True
+            _open_iterators.discard(self)
+            self._queue.put(_END)
             self._fetcher.stop()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._fetcher.stop()
+        # At interpreter exit the fetcher thread is frozen: the atexit hook has
+        # closed every open reader while it could still run.
+        if not getattr(self, "_closed", True) and not sys.is_finalizing():
+            self.close()
+
+
+_open_iterators: weakref.WeakSet[DistributedIterator] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+    """Closes the readers left open when the interpreter exits.
+
+    A script that ends mid-iteration, or a ``KeyboardInterrupt``, leaves them
+    open; closing them here, while their threads still run, takes milliseconds.
+    """
+    for iterator in list(_open_iterators):
+        iterator.close()

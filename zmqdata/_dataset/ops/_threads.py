@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -10,7 +11,10 @@ from typing import Any
 from zmqdata._dataset.constants import AUTOTUNE
 from zmqdata._dataset.iterator import DatasetIterator
 
+logger = logging.getLogger(__name__)
+
 _POLL_S = 0.05
+_JOIN_TIMEOUT_S = 30.0
 _END = object()
 
 
@@ -79,10 +83,20 @@ class BackgroundIterator(DatasetIterator):
         return item
 
     def close(self) -> None:
+        """Stops the producer and closes the source.
+
+        A producer blocked in its source's ``next`` (a service reader waiting
+        for an element) is woken by closing the source under it.
+        """
         self._done = True
         self._stop.set()
-        self._thread.join()
+        self._thread.join(2 * _POLL_S)
         self._source.close()
+        self._thread.join(_JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            logger.warning(
+                "%s did not stop in %s s", self._thread.name, _JOIN_TIMEOUT_S
+            )
 
     def __del__(self) -> None:
         self._stop.set()
