@@ -31,6 +31,7 @@ from typing import Any
 import zmq
 
 from zmqdata._client import rpc
+from zmqdata._client.links import Links
 from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._runtime import auth
@@ -89,6 +90,8 @@ class _Task:
     finished: bool = False
     retry_at: float = 0.0
     retries: int = 0
+    asked: int = 0
+    """The request id of the last request sent (credit goes to the longest idle)."""
 
     @property
     def outstanding(self) -> int:
@@ -133,9 +136,9 @@ class Fetcher(PollLoop):
         )
         self._tasks: dict[int, _Task] = {}
         self._sockets_by_endpoint: dict[str, zmq.Socket[Any]] = {}
-        # handshake monitor -> (its socket, endpoint): a refused CURVE handshake
-        # fails the read with PermissionDeniedError instead of a silent stall.
-        self._monitors: dict[zmq.Socket[Any], tuple[zmq.Socket[Any], str]] = {}
+        # Connection state of every socket: a refused CURVE handshake fails the
+        # read; a worker unreachable for worker_timeout_s fails it too.
+        self._links = Links(settings.worker_timeout_s)
         self._in_flight = 0
         self._requests: dict[int, _Task] = {}
         self._finished = False
@@ -161,12 +164,13 @@ class Fetcher(PollLoop):
     def on_readable(self, sock: Any) -> None:
         if isinstance(sock, int):
             self.waker.drain()
-        elif sock in self._monitors:
+        elif sock in self._links:
             try:
-                auth.check_handshake(sock, self._monitors[sock][1])
+                lost = self._links.read(sock, time.monotonic())
             except PermissionDeniedError as error:
                 self._fail(error)
-            return
+                return
+            self._forget_requests_to(lost)
         elif sock is self._dispatcher:
             self._drain(sock, self._on_dispatcher)
         else:
@@ -192,7 +196,23 @@ class Fetcher(PollLoop):
                 )
             )
             return
+        self._fail_unreachable(now)
         self._request_more()
+
+    def _fail_unreachable(self, now: float) -> None:
+        """Fails the read if a task's worker has been unreachable for too long."""
+        timeout = self._settings.worker_timeout_s
+        for task in self._readable_tasks():
+            down = self._links.down_for(task.endpoint, now)
+            if down > timeout:
+                self._fail(
+                    UnavailableError(
+                        f"worker {task.endpoint} (task {task.task_id}) unreachable "
+                        f"for {down:.1f} s, over ZMQDATA_WORKER_TIMEOUT_S={timeout:g}: "
+                        "is its advertised address reachable from this host?"
+                    )
+                )
+                return
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
@@ -202,14 +222,11 @@ class Fetcher(PollLoop):
                 zmq.NOBLOCK,
             )
         self.waker.close()
-        for monitor, (sock, _) in self._monitors.items():
-            auth.close_monitor(sock, monitor)
-        self._monitors.clear()
+        self._links.close()
 
     def _connect(self, sock: zmq.Socket[Any], endpoint: str) -> None:
         auth.secure_client(sock, self._keys)
-        monitor = auth.handshake_monitor(sock)
-        self._monitors[monitor] = (sock, endpoint)
+        monitor = self._links.watch(sock, endpoint, time.monotonic())
         self._loop_poller.register(monitor, zmq.POLLIN)
         sock.connect(endpoint)
 
@@ -266,10 +283,7 @@ class Fetcher(PollLoop):
                 )
         for task_id in list(self._tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
-                task = self._tasks.pop(task_id)
-                self._in_flight -= task.outstanding
-                for request_id in task.requests:
-                    self._requests.pop(request_id, None)
+                self._forget_requests(self._tasks.pop(task_id))
         self._finished = state.finished
         self._maybe_end()
 
@@ -286,6 +300,23 @@ class Fetcher(PollLoop):
         return str(info["data_address"])
 
     # ------------------------------------------------------------ workers
+
+    def _forget_requests(self, task: _Task) -> None:
+        """Drops ``task``'s requests in flight, which will never be answered."""
+        self._in_flight -= task.outstanding
+        for request_id in task.requests:
+            self._requests.pop(request_id, None)
+        task.requests.clear()
+
+    def _forget_requests_to(self, endpoints: list[str]) -> None:
+        """A lost connection loses its replies: frees their credit for other tasks.
+
+        The tasks are asked again once their worker is connected again.
+        """
+        for task in self._tasks.values():
+            if task.endpoint in endpoints:
+                self._forget_requests(task)
+                self._report_if_finished(task)
 
     def _socket_for(self, endpoint: str) -> zmq.Socket[Any]:
         sock = self._sockets_by_endpoint.get(endpoint)
@@ -305,7 +336,14 @@ class Fetcher(PollLoop):
         readable = self._readable_tasks()
         chunk = self._pipelined_chunk(len(readable))
         depth = 1 if chunk is None else PIPELINED_REQUESTS
-        idle = [t for t in readable if len(t.requests) < depth and t.retry_at <= now]
+        idle = [
+            t
+            for t in readable
+            if len(t.requests) < depth
+            and t.retry_at <= now
+            and not self._links.lost(t.endpoint)
+        ]
+        idle.sort(key=lambda t: t.asked)  # scarce credit rotates over the tasks
         free = self._free_credit()
         self._counters.starved = bool(idle) and free <= 0
         for task in idle:
@@ -331,6 +369,7 @@ class Fetcher(PollLoop):
                 task.retry_at = now + min(0.1, 0.002 * 2**task.retries)
                 continue
             task.requests[self._request_id] = n
+            task.asked = self._request_id
             self._requests[self._request_id] = task
             self._in_flight += n
             free -= n
