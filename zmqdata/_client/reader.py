@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_OUTSTANDING = 1024
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
+SHARED_MAX_OUTSTANDING = 128
+"""Default credit of a consumer of a named job, which others may read too: one
+consumer must not prefetch the whole job (tf.data's testSharedJobName)."""
 REQUEST_BYTES = 16 * 2**20
 """Large elements are asked for about this many bytes per request, ..."""
 PIPELINED_REQUESTS = 2
@@ -116,6 +119,16 @@ class _Counters:
         return max(1, sum(self.sizes) // len(self.sizes))
 
 
+def _default_credit(options: ReadOptions) -> int:
+    """Credit without ``max_outstanding_requests``: small when consumers share elements.
+
+    Consumers of a named job split its elements first come, first served; with
+    a cross-trainer cache each trainer reads them all, so it keeps full credit.
+    """
+    shared = options.job_name is not None and options.trainer_id is None
+    return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
+
+
 class Fetcher(PollLoop):
     def __init__(
         self,
@@ -130,7 +143,7 @@ class Fetcher(PollLoop):
         self._keys = settings.keys()
         self._client_id = state.client_id
         self._out, self._counters = out, counters
-        self._capacity = options.max_outstanding_requests or DEFAULT_MAX_OUTSTANDING
+        self._capacity = options.max_outstanding_requests or _default_credit(options)
         self._byte_cap = (
             None if options.max_outstanding_requests else DEFAULT_MAX_BUFFERED_BYTES
         )
