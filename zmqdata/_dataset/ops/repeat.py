@@ -58,12 +58,13 @@ class _RepeatIterator(DatasetIterator):
         # other workers got this repetition's splits, and over a named service
         # job, where it means that other consumers drained that iteration.
         provider = self._ctx.split_provider
-        split = provider is not None and _contains(
-            self._node.inputs[0], self._ctx.split_source
+        source = self._ctx.split_source
+        split = provider is not None and any(
+            n is source for n in self._node.inputs[0].walk()
         )
-        shared = (
-            split and provider is not None and provider.shared
-        ) or _reads_shared_job(self._node.inputs[0])
+        shared = (split and provider is not None and provider.shared) or any(
+            n.reads_named_job() for n in self._node.inputs[0].walk()
+        )
         endless_and_empty = self._count < 0 and self._produced_this_pass == 0
         self._produced_this_pass = 0
         if (endless_and_empty and not shared) or self._passes_done == self._count:
@@ -95,14 +96,3 @@ class _RepeatIterator(DatasetIterator):
     def close(self) -> None:
         if self._input is not None:
             self._input.close()
-
-
-def _contains(root: Node, target: Node | None) -> bool:
-    return root is target or any(_contains(child, target) for child in root.inputs)
-
-
-def _reads_shared_job(root: Node) -> bool:
-    """Whether ``root`` reads a named service job (one other consumers share)."""
-    if root.op == "data_service" and root.args.get("job_name") is not None:
-        return True
-    return any(_reads_shared_job(child) for child in root.inputs)
