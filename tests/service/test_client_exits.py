@@ -53,22 +53,6 @@ print("training", flush=True)
 )
 
 
-def _start(code: str, target: str, variant: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), target, variant],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_for_line(proc: subprocess.Popen[str], expected: str) -> None:
-    assert proc.stdout is not None
-    readable, _, _ = select.select([proc.stdout], [], [], CHILD_TIMEOUT_S)
-    assert readable, f"the child printed nothing in {CHILD_TIMEOUT_S} s"
-    assert proc.stdout.readline().strip() == expected
-
-
 @pytest.fixture
 def children() -> Iterator[list[subprocess.Popen[str]]]:
     """Child processes, killed at teardown if a test left them running."""
@@ -80,19 +64,43 @@ def children() -> Iterator[list[subprocess.Popen[str]]]:
             proc.communicate()
 
 
+def _time_to_exit(
+    children: list[subprocess.Popen[str]],
+    code: str,
+    target: str,
+    variant: str,
+    interrupt: bool,
+) -> tuple[float, subprocess.Popen[str], str]:
+    """Runs ``code`` until it prints "training"; (seconds it then takes to exit,
+    the process, its stderr), after a SIGINT if ``interrupt``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), target, variant],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children.append(proc)
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], CHILD_TIMEOUT_S)
+    assert readable, f"the child printed nothing in {CHILD_TIMEOUT_S} s"
+    assert proc.stdout.readline().strip() == "training"
+    start = time.monotonic()
+    if interrupt:
+        proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    return time.monotonic() - start, proc, stderr
+
+
 @pytest.mark.parametrize("variant", ["plain", "prefetch"])
 def test_ctrl_c_in_a_training_loop_exits_at_once(
     cluster: Callable[..., Cluster],
     children: list[subprocess.Popen[str]],
     variant: str,
 ) -> None:
-    proc = _start(TRAINING_LOOP, cluster(num_workers=1).target, variant)
-    children.append(proc)
-    _wait_for_line(proc, "training")
-    start = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
-    elapsed = time.monotonic() - start
+    target = cluster(num_workers=1).target
+    elapsed, proc, stderr = _time_to_exit(
+        children, TRAINING_LOOP, target, variant, interrupt=True
+    )
     assert elapsed < FAST_S, f"exit took {elapsed:.2f} s after SIGINT"
     assert proc.returncode != 0
     assert stderr.count("Traceback") == 1, stderr
@@ -107,12 +115,9 @@ def test_script_ending_with_an_unfinished_iterator_exits_at_once(
     variant: str,
 ) -> None:
     c = cluster(num_workers=1)
-    proc = _start(UNFINISHED, c.target, variant)
-    children.append(proc)
-    _wait_for_line(proc, "training")
-    start = time.monotonic()
-    _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
-    elapsed = time.monotonic() - start
+    elapsed, proc, stderr = _time_to_exit(
+        children, UNFINISHED, c.target, variant, interrupt=False
+    )
     assert elapsed < FAST_S, f"exit took {elapsed:.2f} s"
     assert (proc.returncode, stderr) == (0, "")
     # The reader released its iteration on the way out.
