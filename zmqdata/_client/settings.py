@@ -14,7 +14,9 @@ refuses or drops connections, or never completes a handshake; ZMTP pings every
 ``min(2 s, timeout / 4)`` drop a peer that stops answering). A connected
 worker may take as long as its pipeline needs: the timeout never fires on a
 slow element alone. While a worker is disconnected, the reader's credit goes
-to the others.
+to the others. Keep it above the dispatcher's ``worker_timeout_ms`` (10 s by
+default), so that a removed worker's task is dropped before the reader gives up
+on it.
 
 With both CURVE variables set, every socket to the dispatcher and the workers
 is a CurveZMQ client (see docs/security.md); set neither for a plain cluster.
