@@ -40,12 +40,15 @@ def _ints(loader: Any) -> list[int]:
     return sorted(int(x) for x in loader)
 
 
-def _loader(torch: Any, dataset: Any, num_workers: int = 0) -> Any:
+def _loader(
+    torch: Any, dataset: Any, num_workers: int = 0, persistent: bool = False
+) -> Any:
     options: dict[str, Any] = {}
     if num_workers:
         options = {
             "multiprocessing_context": MP_CONTEXT,
             "timeout": LOADER_TIMEOUT_S,
+            "persistent_workers": persistent,
         }
     return torch.utils.data.DataLoader(
         dataset, batch_size=None, num_workers=num_workers, **options
@@ -260,3 +263,27 @@ def test_service_job_shared_by_two_workers_reads_each_element_once(
     )
     loader = _loader(torch, IterableDataset(ds), num_workers=2)
     assert _ints(loader) == list(range(50))
+
+
+@pytest.mark.parametrize(
+    ("form", "num_workers"), [("factory", 0), ("factory", 2), ("dataset", 0)]
+)
+def test_every_epoch_of_a_named_job_reads_a_full_pass(
+    torch: Any,
+    cluster: Callable[..., Cluster],
+    fast_heartbeats: None,
+    form: str,
+    num_workers: int,
+) -> None:
+    from zmqdata.torch import IterableDataset
+
+    target = cluster(num_workers=2).target
+
+    def make() -> zd.Dataset:
+        mode = service.distribute("distributed_epoch", target, job_name="epochs")
+        return zd.Dataset.range(30).apply(mode)
+
+    adapter = IterableDataset(make if form == "factory" else make())
+    loader = _loader(torch, adapter, num_workers=num_workers, persistent=True)
+    for _ in range(3):  # the k-th epoch reads iteration k of the job
+        assert _ints(loader) == list(range(30))

@@ -97,7 +97,20 @@ def _convert(value: Any) -> Any:
 
 def _uses_service(node: Node) -> bool:
     """Whether the pipeline reads from the service (an op ``data_service`` in it)."""
-    return node.op == "data_service" or any(_uses_service(n) for n in node.inputs)
+    return any(n.op == "data_service" for n in node.walk())
+
+
+def _start_at_epoch(dataset: Dataset, epoch: int) -> None:
+    """Makes a factory's dataset read iteration ``epoch`` of its named jobs.
+
+    The k-th ``iter()`` of a dataset joins iteration k of a named job; a
+    factory returns a fresh dataset every epoch, which would join iteration 0
+    (drained already) every time.
+    """
+    for node in dataset._node.walk():
+        if node.reads_named_job():
+            for _ in range(epoch - node.passes_started()):
+                node.next_pass()
 
 
 def _default_rank_and_world_size() -> tuple[int, int]:
@@ -186,6 +199,8 @@ def _make_class() -> type:
             self.rank = rank
             self.world_size = world_size
             self.shard = shard
+            self.epochs = 0
+            """Passes started in this process (the k-th joins a named job's iteration k)."""
 
         def _dataset(self) -> Dataset:
             if isinstance(self.source, Dataset):
@@ -214,6 +229,9 @@ def _make_class() -> type:
 
         def __iter__(self) -> Iterator[Any]:
             dataset = self._dataset()
+            epoch, self.epochs = self.epochs, self.epochs + 1
+            if dataset is not self.source:
+                _start_at_epoch(dataset, epoch)
             shard = self.shard_of(dataset)
             if shard is not None:
                 dataset = dataset.shard(*shard)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import numpy as np
 import pytest
 
 import zmqdata as zd
-from tests.dataset.checks import ints
+from tests.dataset.checks import ints, no_thread_leak
 
 TF_EXAMPLE = [1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 3, 3, 4, 4]
 TF_EXAMPLE += [5, 5, 5, 5, 5, 5]
@@ -172,3 +173,38 @@ def test_flat_map_error_keeps_type_and_message():
 
     with pytest.raises(UserError, match="flat_map fn failed on 0"):
         list(zd.Dataset.range(2).flat_map(fn))
+
+
+def _gated_interleave(gate: threading.Event, deterministic: bool) -> zd.Dataset:
+    """Input 0 opens a dataset held at ``gate``; input 1 a fast one (10..14)."""
+
+    def held(x):
+        gate.wait(10)
+        return x
+
+    def make(x):
+        if x == 0:
+            return zd.Dataset.range(3).map(held)
+        return zd.Dataset.range(10, 15)
+
+    return zd.Dataset.range(2).interleave(
+        make, cycle_length=2, num_parallel_calls=2, deterministic=deterministic
+    )
+
+
+def test_parallel_nondeterministic_yields_whatever_is_ready_first():
+    gate = threading.Event()
+    with no_thread_leak(), iter(_gated_interleave(gate, False)) as it:
+        # The slow cycle element holds nothing up: the fast one's elements come first.
+        assert ints(next(it) for _ in range(5)) == [10, 11, 12, 13, 14]
+        gate.set()
+        assert ints(it) == [0, 1, 2]
+
+
+def test_parallel_deterministic_waits_for_the_slow_cycle_element():
+    gate = threading.Event()
+    opener = threading.Timer(0.1, gate.set)
+    opener.start()
+    with iter(_gated_interleave(gate, True)) as it:
+        assert ints(it) == [0, 10, 1, 11, 2, 12, 13, 14]
+    opener.join()

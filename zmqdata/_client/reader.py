@@ -17,10 +17,13 @@ Replies on one connection keep their order, so one worker's order is kept.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import queue
+import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 import zmq
 
 from zmqdata._client import rpc
+from zmqdata._client.links import Links
 from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._runtime import auth
@@ -48,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_OUTSTANDING = 1024
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
+SHARED_MAX_OUTSTANDING = 128
+"""Default credit of a consumer of a named job, which others may read too: one
+consumer must not prefetch the whole job (tf.data's testSharedJobName)."""
 REQUEST_BYTES = 16 * 2**20
 """Large elements are asked for about this many bytes per request, ..."""
 PIPELINED_REQUESTS = 2
@@ -86,6 +93,8 @@ class _Task:
     finished: bool = False
     retry_at: float = 0.0
     retries: int = 0
+    asked: int = 0
+    """The request id of the last request sent (credit goes to the longest idle)."""
 
     @property
     def outstanding(self) -> int:
@@ -110,6 +119,16 @@ class _Counters:
         return max(1, sum(self.sizes) // len(self.sizes))
 
 
+def _default_credit(options: ReadOptions) -> int:
+    """Credit without ``max_outstanding_requests``: small when consumers share elements.
+
+    Consumers of a named job split its elements first come, first served; with
+    a cross-trainer cache each trainer reads them all, so it keeps full credit.
+    """
+    shared = options.job_name is not None and options.trainer_id is None
+    return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
+
+
 class Fetcher(PollLoop):
     def __init__(
         self,
@@ -124,15 +143,15 @@ class Fetcher(PollLoop):
         self._keys = settings.keys()
         self._client_id = state.client_id
         self._out, self._counters = out, counters
-        self._capacity = options.max_outstanding_requests or DEFAULT_MAX_OUTSTANDING
+        self._capacity = options.max_outstanding_requests or _default_credit(options)
         self._byte_cap = (
             None if options.max_outstanding_requests else DEFAULT_MAX_BUFFERED_BYTES
         )
         self._tasks: dict[int, _Task] = {}
         self._sockets_by_endpoint: dict[str, zmq.Socket[Any]] = {}
-        # handshake monitor -> (its socket, endpoint): a refused CURVE handshake
-        # fails the read with PermissionDeniedError instead of a silent stall.
-        self._monitors: dict[zmq.Socket[Any], tuple[zmq.Socket[Any], str]] = {}
+        # Connection state of every socket: a refused CURVE handshake fails the
+        # read; a worker unreachable for worker_timeout_s fails it too.
+        self._links = Links(settings.worker_timeout_s)
         self._in_flight = 0
         self._requests: dict[int, _Task] = {}
         self._finished = False
@@ -158,12 +177,13 @@ class Fetcher(PollLoop):
     def on_readable(self, sock: Any) -> None:
         if isinstance(sock, int):
             self.waker.drain()
-        elif sock in self._monitors:
+        elif sock in self._links:
             try:
-                auth.check_handshake(sock, self._monitors[sock][1])
+                lost = self._links.read(sock, time.monotonic())
             except PermissionDeniedError as error:
                 self._fail(error)
-            return
+                return
+            self._forget_requests_to(lost)
         elif sock is self._dispatcher:
             self._drain(sock, self._on_dispatcher)
         else:
@@ -189,7 +209,23 @@ class Fetcher(PollLoop):
                 )
             )
             return
+        self._fail_unreachable(now)
         self._request_more()
+
+    def _fail_unreachable(self, now: float) -> None:
+        """Fails the read if a task's worker has been unreachable for too long."""
+        timeout = self._settings.worker_timeout_s
+        for task in self._readable_tasks():
+            down = self._links.down_for(task.endpoint, now)
+            if down > timeout:
+                self._fail(
+                    UnavailableError(
+                        f"worker {task.endpoint} (task {task.task_id}) unreachable "
+                        f"for {down:.1f} s, over ZMQDATA_WORKER_TIMEOUT_S={timeout:g}: "
+                        "is its advertised address reachable from this host?"
+                    )
+                )
+                return
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
@@ -199,14 +235,11 @@ class Fetcher(PollLoop):
                 zmq.NOBLOCK,
             )
         self.waker.close()
-        for monitor, (sock, _) in self._monitors.items():
-            auth.close_monitor(sock, monitor)
-        self._monitors.clear()
+        self._links.close()
 
     def _connect(self, sock: zmq.Socket[Any], endpoint: str) -> None:
         auth.secure_client(sock, self._keys)
-        monitor = auth.handshake_monitor(sock)
-        self._monitors[monitor] = (sock, endpoint)
+        monitor = self._links.watch(sock, endpoint, time.monotonic())
         self._loop_poller.register(monitor, zmq.POLLIN)
         sock.connect(endpoint)
 
@@ -263,10 +296,7 @@ class Fetcher(PollLoop):
                 )
         for task_id in list(self._tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
-                task = self._tasks.pop(task_id)
-                self._in_flight -= task.outstanding
-                for request_id in task.requests:
-                    self._requests.pop(request_id, None)
+                self._forget_requests(self._tasks.pop(task_id))
         self._finished = state.finished
         self._maybe_end()
 
@@ -283,6 +313,23 @@ class Fetcher(PollLoop):
         return str(info["data_address"])
 
     # ------------------------------------------------------------ workers
+
+    def _forget_requests(self, task: _Task) -> None:
+        """Drops ``task``'s requests in flight, which will never be answered."""
+        self._in_flight -= task.outstanding
+        for request_id in task.requests:
+            self._requests.pop(request_id, None)
+        task.requests.clear()
+
+    def _forget_requests_to(self, endpoints: list[str]) -> None:
+        """A lost connection loses its replies: frees their credit for other tasks.
+
+        The tasks are asked again once their worker is connected again.
+        """
+        for task in self._tasks.values():
+            if task.endpoint in endpoints:
+                self._forget_requests(task)
+                self._report_if_finished(task)
 
     def _socket_for(self, endpoint: str) -> zmq.Socket[Any]:
         sock = self._sockets_by_endpoint.get(endpoint)
@@ -302,7 +349,14 @@ class Fetcher(PollLoop):
         readable = self._readable_tasks()
         chunk = self._pipelined_chunk(len(readable))
         depth = 1 if chunk is None else PIPELINED_REQUESTS
-        idle = [t for t in readable if len(t.requests) < depth and t.retry_at <= now]
+        idle = [
+            t
+            for t in readable
+            if len(t.requests) < depth
+            and t.retry_at <= now
+            and not self._links.lost(t.endpoint)
+        ]
+        idle.sort(key=lambda t: t.asked)  # scarce credit rotates over the tasks
         free = self._free_credit()
         self._counters.starved = bool(idle) and free <= 0
         for task in idle:
@@ -328,6 +382,7 @@ class Fetcher(PollLoop):
                 task.retry_at = now + min(0.1, 0.002 * 2**task.retries)
                 continue
             task.requests[self._request_id] = n
+            task.asked = self._request_id
             self._requests[self._request_id] = task
             self._in_flight += n
             free -= n
@@ -474,6 +529,7 @@ class DistributedIterator(DatasetIterator):
         )
         self._fetcher.start()
         self._closed = False
+        _open_iterators.add(self)
 
     def __next__(self) -> Any:
         while not self._local:
@@ -508,10 +564,33 @@ class DistributedIterator(DatasetIterator):
         return element
 
     def close(self) -> None:
+        """Stops the fetcher (and releases this reader); idempotent, any thread.
+
+        A ``__next__`` waiting in another thread (a ``prefetch`` producer)
+        wakes at once and ends.
+        """
         if not self._closed:
             self._closed = True
+            _open_iterators.discard(self)
+            self._queue.put(_END)
             self._fetcher.stop()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._fetcher.stop()
+        # At interpreter exit the fetcher thread is frozen: the atexit hook has
+        # closed every open reader while it could still run.
+        if not getattr(self, "_closed", True) and not sys.is_finalizing():
+            self.close()
+
+
+_open_iterators: weakref.WeakSet[DistributedIterator] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+    """Closes the readers left open when the interpreter exits.
+
+    A script that ends mid-iteration, or a ``KeyboardInterrupt``, leaves them
+    open; closing them here, while their threads still run, takes milliseconds.
+    """
+    for iterator in list(_open_iterators):
+        iterator.close()

@@ -4,8 +4,19 @@
 |---|---|---|
 | ``ZMQDATA_DISPATCHER_TIMEOUT_S`` | 60 | how long to keep retrying an unreachable dispatcher |
 | ``ZMQDATA_CLIENT_HEARTBEAT_MS`` | 100 | how often a reader reports to the dispatcher |
+| ``ZMQDATA_WORKER_TIMEOUT_S`` | 60 | how long a reader waits for a worker it cannot connect to before ``UnavailableError`` |
 | ``ZMQDATA_CURVE_SECRET_KEY_FILE`` | unset | this client's CURVE key pair (``NAME.key_secret``) |
 | ``ZMQDATA_CURVE_SERVER_KEY_FILE`` | unset | the cluster's server public key (``NAME.key``) |
+
+A reader fails with ``UnavailableError`` naming the worker when a worker it
+reads from has had no connection for ``ZMQDATA_WORKER_TIMEOUT_S`` (its address
+refuses or drops connections, or never completes a handshake; ZMTP pings every
+``min(2 s, timeout / 4)`` drop a peer that stops answering). A connected
+worker may take as long as its pipeline needs: the timeout never fires on a
+slow element alone. While a worker is disconnected, the reader's credit goes
+to the others. Keep it above the dispatcher's ``worker_timeout_ms`` (10 s by
+default), so that a removed worker's task is dropped before the reader gives up
+on it.
 
 With both CURVE variables set, every socket to the dispatcher and the workers
 is a CurveZMQ client (see docs/security.md); set neither for a plain cluster.
@@ -23,6 +34,7 @@ from zmqdata._runtime import auth
 class ClientSettings:
     dispatcher_timeout_s: float = 60.0
     heartbeat_s: float = 0.1
+    worker_timeout_s: float = 60.0
     curve_secret_key_file: str | None = None
     curve_server_key_file: str | None = None
 
@@ -50,6 +62,7 @@ def current() -> ClientSettings:
     return ClientSettings(
         dispatcher_timeout_s=_read("ZMQDATA_DISPATCHER_TIMEOUT_S", 60.0),
         heartbeat_s=_read("ZMQDATA_CLIENT_HEARTBEAT_MS", 100.0, scale=1e-3),
+        worker_timeout_s=_read("ZMQDATA_WORKER_TIMEOUT_S", 60.0),
         curve_secret_key_file=_path("ZMQDATA_CURVE_SECRET_KEY_FILE"),
         curve_server_key_file=_path("ZMQDATA_CURVE_SERVER_KEY_FILE"),
     )

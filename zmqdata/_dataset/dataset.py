@@ -301,6 +301,10 @@ class Dataset:
     ) -> Dataset:
         """Cycles over datasets ``fn(element)``, ``block_length`` elements at a time.
 
+        With ``num_parallel_calls``, each open dataset runs ahead on a thread;
+        with ``deterministic=False`` too, the cycle skips a dataset that has no
+        element ready, so a slow one does not hold up the others.
+
         >>> ds = Dataset.range(1, 3).interleave(
         ...     lambda x: Dataset.from_tensors(x).repeat(2), cycle_length=2)
         >>> [int(x) for x in ds]

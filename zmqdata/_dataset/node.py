@@ -8,8 +8,9 @@ compute cardinality and element spec and how to build an iterator.
 from __future__ import annotations
 
 import abc
+import copy
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,6 +38,20 @@ class Node:
     def next_pass(self) -> int:
         """Counts iterators built over this node (reshuffles differ per pass)."""
         return next(self._passes)
+
+    def passes_started(self) -> int:
+        """How many iterators have been built over this node so far."""
+        return next(copy.copy(self._passes))
+
+    def walk(self) -> Iterator[Node]:
+        """This node and every node below it (depth first)."""
+        yield self
+        for child in self.inputs:
+            yield from child.walk()
+
+    def reads_named_job(self) -> bool:
+        """Whether this node reads a named service job (one that others may share)."""
+        return self.op == "data_service" and self.args.get("job_name") is not None
 
     @property
     def definition(self) -> Op:

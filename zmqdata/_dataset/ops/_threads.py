@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -10,8 +11,13 @@ from typing import Any
 from zmqdata._dataset.constants import AUTOTUNE
 from zmqdata._dataset.iterator import DatasetIterator
 
+logger = logging.getLogger(__name__)
+
 _POLL_S = 0.05
+_JOIN_TIMEOUT_S = 30.0
 _END = object()
+PENDING = object()
+"""``BackgroundIterator.next_nowait``: no element ready yet."""
 
 
 def resolve_parallelism(value: int) -> int:
@@ -25,7 +31,10 @@ class _Failure:
 
 
 def _produce(
-    source: DatasetIterator, buffer: queue.Queue[Any], stop: threading.Event
+    source: DatasetIterator,
+    buffer: queue.Queue[Any],
+    stop: threading.Event,
+    ready: threading.Event | None,
 ) -> None:
     """Runs on the producer thread: moves items from ``source`` into ``buffer``."""
 
@@ -33,9 +42,11 @@ def _produce(
         while not stop.is_set():
             try:
                 buffer.put(item, timeout=_POLL_S)
-                return True
             except queue.Full:
                 continue
+            if ready is not None:
+                ready.set()
+            return True
         return False
 
     try:
@@ -50,17 +61,25 @@ def _produce(
 class BackgroundIterator(DatasetIterator):
     """Reads ``source`` on its own thread, up to ``buffer_size`` items ahead.
 
-    Errors raised by ``source`` are re-raised by ``__next__`` in order.
+    Errors raised by ``source`` are re-raised by ``__next__`` in order. A
+    consumer reading several of them sets one ``ready`` event on all: it is set
+    whenever an item (element, end or error) is added, for ``next_nowait``.
     """
 
-    def __init__(self, source: DatasetIterator, buffer_size: int, name: str) -> None:
+    def __init__(
+        self,
+        source: DatasetIterator,
+        buffer_size: int,
+        name: str,
+        ready: threading.Event | None = None,
+    ) -> None:
         self._source = source
         self._buffer: queue.Queue[Any] = queue.Queue(maxsize=buffer_size)
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(
             target=_produce,
-            args=(source, self._buffer, self._stop),
+            args=(source, self._buffer, self._stop, ready),
             name=f"zmqdata-{name}",
             daemon=True,
         )
@@ -69,7 +88,19 @@ class BackgroundIterator(DatasetIterator):
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
-        item = self._buffer.get()
+        return self._unwrap(self._buffer.get())
+
+    def next_nowait(self) -> Any:
+        """The next element if one is ready, else ``PENDING`` (ends like ``next``)."""
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._buffer.get_nowait()
+        except queue.Empty:
+            return PENDING
+        return self._unwrap(item)
+
+    def _unwrap(self, item: Any) -> Any:
         if item is _END:
             self._done = True
             raise StopIteration
@@ -79,10 +110,20 @@ class BackgroundIterator(DatasetIterator):
         return item
 
     def close(self) -> None:
+        """Stops the producer and closes the source.
+
+        A producer blocked in its source's ``next`` (a service reader waiting
+        for an element) is woken by closing the source under it.
+        """
         self._done = True
         self._stop.set()
-        self._thread.join()
+        self._thread.join(2 * _POLL_S)
         self._source.close()
+        self._thread.join(_JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            logger.warning(
+                "%s did not stop in %s s", self._thread.name, _JOIN_TIMEOUT_S
+            )
 
     def __del__(self) -> None:
         self._stop.set()

@@ -2,19 +2,29 @@
 
 The visiting order is tf.data's: ``block_length`` elements from each of
 ``cycle_length`` open datasets in turn; an exhausted slot is refilled from the
-next input element when the cycle comes back to it.
+next input element when the cycle comes back to it. With ``num_parallel_calls``
+and ``deterministic=False`` the cycle skips a slot that has no element ready
+(as tf.data's sloppy interleave), so a slow dataset does not hold up the others.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
-from zmqdata._dataset.ops._threads import BackgroundIterator, resolve_parallelism
+from zmqdata._dataset.ops._threads import (
+    PENDING,
+    BackgroundIterator,
+    resolve_parallelism,
+)
 
 _SLOT_BUFFER = 8
+_WAIT_S = 0.05
+"""Longest wait for a slot's element before looking at every slot again."""
+_CHANGED = object()
 
 
 class Interleave(Op):
@@ -27,12 +37,15 @@ class Interleave(Op):
         return None
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _InterleaveIterator(
+        parallel = node.args["num_parallel_calls"] is not None
+        sloppy = parallel and node.args["deterministic"] is False
+        kind = _FirstReadyInterleaveIterator if sloppy else _InterleaveIterator
+        return kind(
             make_iterator(node.inputs[0], ctx),
             node.args["fn"],
             resolve_parallelism(node.args["cycle_length"]),
             node.args["block_length"],
-            node.args["num_parallel_calls"] is not None,
+            parallel,
         )
 
 
@@ -55,6 +68,7 @@ class _InterleaveIterator(DatasetIterator):
         self._slots: list[_Slot | None] = [None] * cycle_length
         self._cycle_index = self._block_index = 0
         self._end_of_input = False
+        self._ready: threading.Event | None = None
 
     def _open(self, argument: Any) -> DatasetIterator:
         from zmqdata._dataset.dataset import Dataset
@@ -67,7 +81,7 @@ class _InterleaveIterator(DatasetIterator):
             )
         iterator = make_iterator(dataset._node, IterContext())
         if self._parallel:
-            return BackgroundIterator(iterator, _SLOT_BUFFER, "interleave")
+            return BackgroundIterator(iterator, _SLOT_BUFFER, "interleave", self._ready)
         return iterator
 
     def _advance(self) -> None:
@@ -135,3 +149,60 @@ class _InterleaveIterator(DatasetIterator):
     def close(self) -> None:
         self._close_slots()
         self._input.close()
+
+
+class _FirstReadyInterleaveIterator(_InterleaveIterator):
+    """Parallel and not deterministic: a slot with nothing ready yields its turn."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._ready = threading.Event()  # set by every slot's producer
+
+    def __next__(self) -> Any:
+        assert self._ready is not None
+        while not self._end_of_input or any(self._slots):
+            self._ready.clear()
+            changed = False  # a slot opened or closed: look again before waiting
+            for _ in range(len(self._slots)):
+                element = self._try_slot()
+                if element is _CHANGED:
+                    changed = True
+                elif element is not PENDING:
+                    return element
+            if not changed:
+                self._ready.wait(_WAIT_S)
+        raise StopIteration
+
+    def _try_slot(self) -> Any:
+        """The current slot's ready element, else ``PENDING`` or ``_CHANGED``.
+
+        Moves to the next slot unless it returns an element of an unfinished block.
+        """
+        slot = self._slots[self._cycle_index]
+        if slot is None and not self._end_of_input:
+            try:
+                argument = next(self._input)
+            except StopIteration:
+                self._end_of_input = True
+                return _CHANGED
+            slot = self._slots[self._cycle_index] = _Slot(
+                argument, self._open(argument)
+            )
+        if slot is None:
+            self._advance()
+            return PENDING
+        assert isinstance(slot.iterator, BackgroundIterator)
+        try:
+            element = slot.iterator.next_nowait()
+        except StopIteration:
+            slot.iterator.close()
+            self._slots[self._cycle_index] = None
+            self._advance()
+            return _CHANGED
+        if element is PENDING:
+            self._advance()
+            return PENDING
+        self._block_index += 1
+        if self._block_index == self._block_length:
+            self._advance()
+        return element

@@ -55,12 +55,16 @@ class _RepeatIterator(DatasetIterator):
         self._passes_done += 1
         # An endless repeat of an empty input would spin forever: tf.data ends it,
         # except over a shared split provider, where an empty pass only means that
-        # other workers got this repetition's splits.
+        # other workers got this repetition's splits, and over a named service
+        # job, where it means that other consumers drained that iteration.
         provider = self._ctx.split_provider
-        split = provider is not None and _contains(
-            self._node.inputs[0], self._ctx.split_source
+        source = self._ctx.split_source
+        split = provider is not None and any(
+            n is source for n in self._node.inputs[0].walk()
         )
-        shared = split and provider is not None and provider.shared
+        shared = (split and provider is not None and provider.shared) or any(
+            n.reads_named_job() for n in self._node.inputs[0].walk()
+        )
         endless_and_empty = self._count < 0 and self._produced_this_pass == 0
         self._produced_this_pass = 0
         if (endless_and_empty and not shared) or self._passes_done == self._count:
@@ -92,7 +96,3 @@ class _RepeatIterator(DatasetIterator):
     def close(self) -> None:
         if self._input is not None:
             self._input.close()
-
-
-def _contains(root: Node, target: Node | None) -> bool:
-    return root is target or any(_contains(child, target) for child in root.inputs)

@@ -1,0 +1,137 @@
+"""Trainers stop fast: Ctrl-C, a script ending mid-iteration, ``close`` under ``prefetch``.
+
+The trainer runs in a child process reading from a cluster in this one, as in
+the field: the reader's threads are the only zmqdata threads it has.
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import zmqdata as zd
+from tests.helpers import poll_for
+from tests.service.cluster import Cluster
+from zmqdata import service
+
+FAST_S = 1.0
+CHILD_TIMEOUT_S = 30.0
+
+_TRAINER = """
+import sys
+import zmqdata as zd
+from zmqdata import service
+
+ds = zd.Dataset.range(10**9).apply(service.distribute("parallel_epochs", sys.argv[1]))
+ds = ds.prefetch(2) if sys.argv[2] == "prefetch" else ds
+"""
+
+TRAINING_LOOP = (
+    _TRAINER
+    + """
+for step, x in enumerate(ds):
+    if step == 100:
+        print("training", flush=True)
+"""
+)
+
+UNFINISHED = (
+    _TRAINER
+    + """
+it = iter(ds)
+next(it)
+print("training", flush=True)
+"""
+)
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[str]]]:
+    """Child processes, killed at teardown if a test left them running."""
+    made: list[subprocess.Popen[str]] = []
+    yield made
+    for proc in made:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _time_to_exit(
+    children: list[subprocess.Popen[str]],
+    code: str,
+    target: str,
+    variant: str,
+    interrupt: bool,
+) -> tuple[float, subprocess.Popen[str], str]:
+    """Runs ``code`` until it prints "training"; (seconds it then takes to exit,
+    the process, its stderr), after a SIGINT if ``interrupt``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), target, variant],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children.append(proc)
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], CHILD_TIMEOUT_S)
+    assert readable, f"the child printed nothing in {CHILD_TIMEOUT_S} s"
+    assert proc.stdout.readline().strip() == "training"
+    start = time.monotonic()
+    if interrupt:
+        proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    return time.monotonic() - start, proc, stderr
+
+
+@pytest.mark.parametrize("variant", ["plain", "prefetch"])
+def test_ctrl_c_in_a_training_loop_exits_at_once(
+    cluster: Callable[..., Cluster],
+    children: list[subprocess.Popen[str]],
+    variant: str,
+) -> None:
+    target = cluster(num_workers=1).target
+    elapsed, proc, stderr = _time_to_exit(
+        children, TRAINING_LOOP, target, variant, interrupt=True
+    )
+    assert elapsed < FAST_S, f"exit took {elapsed:.2f} s after SIGINT"
+    assert proc.returncode != 0
+    assert stderr.count("Traceback") == 1, stderr
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+    assert "Exception ignored" not in stderr
+
+
+@pytest.mark.parametrize("variant", ["plain", "prefetch"])
+def test_script_ending_with_an_unfinished_iterator_exits_at_once(
+    cluster: Callable[..., Cluster],
+    children: list[subprocess.Popen[str]],
+    variant: str,
+) -> None:
+    c = cluster(num_workers=1)
+    elapsed, proc, stderr = _time_to_exit(
+        children, UNFINISHED, c.target, variant, interrupt=False
+    )
+    assert elapsed < FAST_S, f"exit took {elapsed:.2f} s"
+    assert (proc.returncode, stderr) == (0, "")
+    # The reader released its iteration on the way out.
+    poll_for(lambda: [job["num_clients"] for job in c.status()["jobs"]] == [0])
+
+
+def test_closing_prefetch_while_an_element_is_pending_returns_at_once(
+    cluster: Callable[..., Cluster],
+) -> None:
+    target = cluster(num_workers=1).target
+    slow = zd.Dataset.range(10**9).map(lambda x: threading.Event().wait(2) and x)
+    ds = slow.apply(service.distribute("parallel_epochs", target)).prefetch(1)
+    it = iter(ds)
+    start = time.monotonic()
+    it.close()
+    assert time.monotonic() - start < FAST_S
+    assert list(it) == []
