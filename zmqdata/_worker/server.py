@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, metrics
+from zmqdata._runtime import auth, metrics, reach
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import PROCESS_TOKEN
@@ -25,11 +25,19 @@ from zmqdata._version import __version__
 from zmqdata._wire import messages as m
 from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.task import TaskRunner
-from zmqdata.errors import FailedPreconditionError, ZmqDataError
+from zmqdata.errors import (
+    FailedPreconditionError,
+    PermissionDeniedError,
+    ZmqDataError,
+)
 
 logger = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 1
+WARN_AFTER_S = 5.0
+"""A dispatcher silent this long (or 3 heartbeats) gets a warning, repeated
+every ``WARN_EVERY_S`` while it stays silent."""
+WARN_EVERY_S = 30.0
 
 
 class _ControlLoop(PollLoop):
@@ -51,6 +59,8 @@ class _ControlLoop(PollLoop):
         self._next_send = 0.0
         self._backoff = Backoff(0.05, max(0.05, self._heartbeat_s))
         self._last_reply = time.monotonic()
+        self._next_warning = 0.0
+        self._handshake_error: str | None = None
 
     @property
     def worker_address(self) -> str:
@@ -64,6 +74,8 @@ class _ControlLoop(PollLoop):
         # apart by it, also after a reconnect.
         self._dealer.setsockopt(zmq.ROUTING_ID, f"w-{uuid.uuid4().hex}".encode())
         auth.secure_client(self._dealer, self._keys)
+        self._monitor = auth.handshake_monitor(self._dealer)
+        self._loop_poller.register(self._monitor, zmq.POLLIN)
         self._dealer.connect(self.config.dispatcher_address)
         self._register()
 
@@ -88,6 +100,9 @@ class _ControlLoop(PollLoop):
         self._next_send = time.monotonic() + max(self._backoff.next_delay(), 0.05)
 
     def on_readable(self, sock: Any) -> None:
+        if sock is self._monitor:
+            self._check_handshake()
+            return
         while True:
             try:
                 payload = sock.recv(zmq.NOBLOCK)
@@ -99,6 +114,7 @@ class _ControlLoop(PollLoop):
                 logger.warning("bad message from the dispatcher: %s", error)
                 continue
             self._last_reply = time.monotonic()
+            self._next_warning, self._handshake_error = 0.0, None
             self._on_message(message)
 
     def _on_message(self, message: m.Message) -> None:
@@ -127,6 +143,7 @@ class _ControlLoop(PollLoop):
             logger.warning("dispatcher error: %s: %s", message.code, message.message)
 
     def on_tick(self, now: float) -> None:
+        self._warn_if_silent(now)
         if now < self._next_send:
             return
         if self.worker_id is None:
@@ -144,6 +161,28 @@ class _ControlLoop(PollLoop):
             )
         )
         self._next_send = now + self._heartbeat_s
+
+    def _check_handshake(self) -> None:
+        try:
+            auth.check_handshake(self._monitor, self.config.dispatcher_address)
+        except PermissionDeniedError as error:
+            self._handshake_error = error.message
+
+    def _warn_if_silent(self, now: float) -> None:
+        silent_s = now - self._last_reply
+        if (
+            silent_s < max(WARN_AFTER_S, 3 * self._heartbeat_s)
+            or now < self._next_warning
+        ):
+            return
+        self._next_warning = now + WARN_EVERY_S
+        address = self.config.dispatcher_address
+        logger.warning(
+            "no answer from the dispatcher at %s for %.0f s: %s",
+            address,
+            silent_s,
+            self._handshake_error or reach.diagnose(address, timeout_s=0.5),
+        )
 
     def _start_tasks(self, tasks: list[dict[str, Any]]) -> None:
         for task in tasks:
@@ -173,6 +212,7 @@ class _ControlLoop(PollLoop):
             logger.debug("task %d deleted", task_id)
 
     def teardown(self) -> None:
+        auth.close_monitor(self._dealer, self._monitor)
         for runner in self._runners.snapshot():
             self._runners.pop(runner.task_id)
             runner.stop()
