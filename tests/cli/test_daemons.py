@@ -9,6 +9,7 @@ import pytest
 import zmqdata as zd
 from tests.cli.procs import run, zmqdata
 from tests.helpers import poll_for
+from tests.service.cluster import free_port
 from zmqdata import service
 
 READY = r"(dispatcher|worker|deployment) ready: (dispatcher )?(\S+?),?( |$)"
@@ -97,6 +98,15 @@ def test_worker_without_dispatcher_fails_with_one_line():
     assert completed.returncode != 0
     assert "dispatcher address is required" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_worker_warns_within_seconds_when_its_dispatcher_refuses():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with zmqdata("worker", "--dispatcher", address) as worker:
+        line = worker.wait_for_line(r"no answer from the dispatcher", timeout=10)
+        assert worker.stop() == 0
+    assert address in line.string
+    assert "connection refused" in line.string
 
 
 def test_status_of_unreachable_dispatcher_fails_quickly():
