@@ -1,5 +1,7 @@
 """Config dataclasses built from Python reject bad values with ``ValueError``."""
 
+import re
+
 import pytest
 
 from zmqdata import service
@@ -25,23 +27,23 @@ BAD_DISPATCHER = [
 ]
 
 
+def _field_then_value(field: str, value: str) -> str:
+    return f"^{re.escape(field)}.*{re.escape(value)}$"
+
+
 @pytest.mark.parametrize(("kwargs", "field", "value"), BAD_WORKER)
 def test_bad_worker_config_is_a_value_error_naming_field_and_value(
     kwargs, field, value
 ):
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=_field_then_value(field, value)) as caught:
         service.WorkerConfig("127.0.0.1:1", **kwargs)
     assert type(caught.value) is ValueError
-    assert str(caught.value).startswith(field), caught.value
-    assert str(caught.value).endswith(value), caught.value
 
 
 @pytest.mark.parametrize(("kwargs", "field", "value"), BAD_DISPATCHER)
 def test_bad_dispatcher_config_is_a_value_error_naming_field_and_value(
     kwargs, field, value
 ):
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=_field_then_value(field, value)) as caught:
         service.DispatcherConfig(**kwargs)
     assert type(caught.value) is ValueError
-    assert str(caught.value).startswith(field), caught.value
-    assert str(caught.value).endswith(value), caught.value

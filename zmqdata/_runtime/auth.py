@@ -167,8 +167,11 @@ _handshakes: weakref.WeakKeyDictionary[zmq.Socket[Any], _Handshakes] = (
 
 
 def handshake_monitor(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
-    """A monitor of ``sock``'s handshakes (call after ``secure_client``, before
-    ``connect``)."""
+    """A monitor of ``sock``'s handshakes.
+
+    Call it after ``secure_client`` (it notes whether ``sock`` is a CURVE
+    client) and before ``connect``.
+    """
     monitor: zmq.Socket[Any] = sock.get_monitor_socket(HANDSHAKE_EVENTS)
     monitor.setsockopt(zmq.LINGER, 0)
     _handshakes[monitor] = _Handshakes(sock.getsockopt(zmq.MECHANISM) == zmq.CURVE)

@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, metrics, reach
+from zmqdata._runtime import auth, ipc, metrics, reach
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import PROCESS_TOKEN
@@ -297,7 +297,7 @@ class WorkerServer:
             raise TypeError(f"config must be a WorkerConfig, got {config!r}")
         protocol = config.data_transfer_protocol or config.protocol
         host = (
-            config.host
+            ipc.bind_host(protocol, config.host)  # ipc: one socket file per worker
             if protocol != "inproc"
             else f"zmqdata-worker-{uuid.uuid4().hex}"
         )
