@@ -331,11 +331,10 @@ class WorkerServer:
         return self._data.endpoint
 
     def start(self) -> None:
-        """Binds the data socket, then starts registering with the dispatcher."""
+        """Binds the data socket (and metrics), then registers with the dispatcher."""
         if self._stopped:
             raise FailedPreconditionError("a stopped WorkerServer cannot start again")
         self._data.start()
-        self._control.start()
         port = self.config.metrics_port
         if port is not None and self._metrics is None:
             protocol = self.config.data_transfer_protocol or self.config.protocol
@@ -348,6 +347,8 @@ class WorkerServer:
             except BaseException:
                 self.stop()
                 raise
+        # Last: a worker that fails to start never registers (no phantom worker).
+        self._control.start()
 
     @property
     def metrics_address(self) -> str | None:
