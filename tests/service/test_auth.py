@@ -343,3 +343,28 @@ def test_a_worker_with_a_rejected_key_warns_naming_the_dispatcher(
     found = poll_for(warning, timeout=5.0)
     assert f"no answer from the dispatcher at {secured.target}" in found[0]
     assert "rejected this client's public key" in found[0]
+
+
+def test_a_reader_outlives_a_worker_that_resets_mid_handshake(
+    cluster: Any, resetter: _Resetter, sockets: Any
+) -> None:
+    # A "worker" whose data port resets every connection, as one killed while
+    # starting does: the read goes on with the real worker, no denial.
+    c = cluster(num_workers=1)
+    fake = sockets(c.target)
+    fake.send(
+        m.encode(
+            m.RegisterWorker(
+                request_id=1,
+                worker_address=resetter.target.split("://", 1)[1],
+                data_address=resetter.target,
+                version=zd.__version__,
+            )
+        )
+    )
+    poll_for(lambda: c.num_registered_workers() == 2)
+    ds = zd.Dataset.range(50).apply(
+        service.distribute("distributed_epoch", c.target, data_transfer_protocol="tcp")
+    )
+    assert sorted(ints(ds)) == list(range(50))
+    assert resetter.resets >= 1
