@@ -1,8 +1,7 @@
 """Server configurations: frozen dataclasses validated when built.
 
-Field names are the YAML keys of ``zmqdata up`` files. A bad value raises
-``ValueError`` naming the field and the value (also for a value of the wrong
-type, as the YAML loader reports it).
+Field names are the YAML keys of ``zmqdata up`` files. A bad value, including
+one of the wrong type, raises ``ValueError`` naming the field and the value.
 
 >>> DispatcherConfig(port=5050).port
 5050

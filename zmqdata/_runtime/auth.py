@@ -178,7 +178,7 @@ def handshake_monitor(sock: zmq.Socket[Any]) -> zmq.Socket[Any]:
     return monitor
 
 
-def rejection(event: int, value: int) -> str | None:
+def _rejection(event: int, value: int) -> str | None:
     """Why a handshake event means CURVE authentication failed (None: it does not).
 
     Args:
@@ -210,7 +210,7 @@ def check_handshake(monitor: zmq.Socket[Any], target: str) -> None:
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             state.closed_in_a_row = 0
             continue
-        reason = rejection(event, value)
+        reason = _rejection(event, value)
         if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and state.curve:
             state.closed_in_a_row += 1
             if state.closed_in_a_row >= CLOSED_HANDSHAKES_LIMIT:
