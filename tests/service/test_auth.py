@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import shutil
 import socket
 import struct
@@ -19,6 +18,7 @@ import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
+from tests.service.logs import warnings_from
 from zmqdata import errors, service
 from zmqdata._client import rpc
 from zmqdata._runtime import auth
@@ -310,13 +310,7 @@ def test_rejected_keys_are_logged_with_the_peer_address(
     _use(monkeypatch, keys.intruder_secret, keys.server_public)
     with pytest.raises(errors.PermissionDeniedError, match="rejected this client"):
         service.get_status(secured.target)
-    logged = poll_for(
-        lambda: (
-            [r.getMessage() for r in caplog.records if "rejected a CURVE" in r.message]
-            if caplog.records
-            else []
-        )
-    )
+    logged = poll_for(lambda: warnings_from(caplog, "zmqdata._runtime.auth"))
     intruder = zmq.auth.load_certificate(keys.intruder_secret)[0].decode()
     assert (
         f"from 127.0.0.1: public key {intruder} is not in {keys.authorized}"
@@ -332,15 +326,7 @@ def test_a_worker_with_a_rejected_key_warns_naming_the_dispatcher(
 ) -> None:
     monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.3)
     secured.add_worker(wait=False, **keys.worker_options(keys.intruder_secret))
-
-    def warning() -> list[str]:
-        return [
-            r.getMessage()
-            for r in list(caplog.records)
-            if r.name == "zmqdata._worker.server" and r.levelno == logging.WARNING
-        ]
-
-    found = poll_for(warning, timeout=5.0)
+    found = poll_for(lambda: warnings_from(caplog, "zmqdata._worker.server"), 5.0)
     assert f"no answer from the dispatcher at {secured.target}" in found[0]
     assert "rejected this client's public key" in found[0]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import shutil
 import subprocess
 import sys
@@ -12,17 +11,10 @@ import pytest
 
 from tests.helpers import poll_for
 from tests.service.cluster import free_port
+from tests.service.logs import warnings_from
 from zmqdata import errors, service
 from zmqdata._client import rpc
 from zmqdata._worker import server as worker_server
-
-
-def _warnings(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in list(caplog.records)
-        if r.name == logger and r.levelno == logging.WARNING
-    ]
 
 
 def test_a_refused_address_is_warned_about_and_named_in_the_error(
@@ -35,7 +27,7 @@ def test_a_refused_address_is_warned_about_and_named_in_the_error(
         service.get_status(target)
     assert f"no answer from {target}" in str(caught.value)
     assert "connection refused" in str(caught.value)
-    (warning,) = _warnings(caplog, "zmqdata._client.rpc")
+    (warning,) = warnings_from(caplog, "zmqdata._client.rpc")
     assert f"no answer from {target} for " in warning
     assert "connection refused" in warning
 
@@ -73,10 +65,10 @@ def test_a_worker_warns_early_and_periodically_when_refused(
     config = service.WorkerConfig(address, heartbeat_interval_ms=50)
     with service.WorkerServer(config):
         found = poll_for(
-            lambda: len(_warnings(caplog, "zmqdata._worker.server")) >= 2, 5.0
+            lambda: len(warnings_from(caplog, "zmqdata._worker.server")) >= 2, 5.0
         )
     assert found
-    first = _warnings(caplog, "zmqdata._worker.server")[0]
+    first = warnings_from(caplog, "zmqdata._worker.server")[0]
     assert f"no answer from the dispatcher at {address}" in first
     assert "connection refused" in first
 
@@ -90,4 +82,4 @@ def test_a_worker_that_reaches_its_dispatcher_does_not_warn(
     control = c.workers[0]._control
     poll_for(lambda: control._last_reply - started > 0.5)  # 8 warning periods
     assert c.num_registered_workers() == 1
-    assert _warnings(caplog, "zmqdata._worker.server") == []
+    assert warnings_from(caplog, "zmqdata._worker.server") == []
