@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import threading
 from typing import Any
@@ -15,7 +16,7 @@ import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import free_port
-from zmqdata import service
+from zmqdata import errors, service
 from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages as m
 
@@ -281,3 +282,15 @@ def test_ipc_workers_get_their_own_socket_files_removed_on_stop(
         assert sorted(ints(ds)) == sorted(list(range(30)) * copies)
         c.stop()
         assert os.listdir(sockets_dir) == []
+
+
+def test_a_worker_that_fails_to_start_never_registers(cluster: Any) -> None:
+    c = cluster(num_workers=0)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        metrics_port = taken.getsockname()[1]
+        with pytest.raises(errors.UnavailableError, match="metrics"):
+            service.WorkerServer(
+                service.WorkerConfig(c.target, metrics_port=metrics_port)
+            )
+    c.add_worker()  # registered after the failed one would have been
+    assert c.num_registered_workers() == 1
