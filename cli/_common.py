@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -21,6 +21,7 @@ from zmqdata._wire.address import parse_target
 logger = logging.getLogger("zmqdata")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+T = TypeVar("T")
 
 
 def configure_logging(verbose: bool) -> None:
@@ -42,15 +43,6 @@ def load_deployment(path: str | None) -> yaml_config.Deployment:
 
 
 @contextmanager
-def config_errors(what: str) -> Iterator[None]:
-    """Turns configuration errors into a one-line ``Error: bad ...`` exit."""
-    try:
-        yield
-    except (TypeError, ValueError) as error:
-        raise click.ClickException(f"bad {what} configuration: {error}") from None
-
-
-@contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
     """An event set by SIGINT or SIGTERM (each logged), for the ``with`` body."""
     stop = threading.Event()
@@ -67,17 +59,22 @@ def stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, handler)
 
 
+def start_server(name: str, build: Callable[[], T]) -> T:
+    """``build()``, its errors turned into a one-line ``Error: ...`` exit."""
+    try:
+        return build()
+    except click.ClickException:
+        raise
+    except (TypeError, ValueError) as error:
+        raise click.ClickException(f"bad {name} configuration: {error}") from None
+    except Exception as error:
+        raise click.ClickException(f"{name} failed to start: {error}") from None
+
+
 def serve(name: str, build: Callable[[], Any], describe: Callable[[Any], str]) -> None:
     """Builds a server, prints ``<name> ready: <address>``, serves until a signal."""
     with stop_on_signals() as stop:
-        try:
-            server = build()
-        except click.ClickException:
-            raise
-        except (TypeError, ValueError) as error:
-            raise click.ClickException(f"bad {name} configuration: {error}") from None
-        except Exception as error:
-            raise click.ClickException(f"{name} failed to start: {error}") from None
+        server = start_server(name, build)
         click.echo(f"{name} ready: {describe(server)}", err=True)
         while not stop.wait(0.5):
             pass

@@ -8,6 +8,8 @@ a one-line reason on bad configuration.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from zmqdata_cli._common import check_exposure, load_deployment, serve
 
@@ -52,19 +54,25 @@ def dispatcher(
     section = load_deployment(config_file).dispatcher
 
     def build() -> service.DispatchServer:
-        config = yaml_config.dispatcher_config(
+        return build_dispatcher(
             section,
+            insecure,
             host=host,
             port=port,
             work_dir=work_dir,
             fault_tolerant_mode=fault_tolerant or None,
         )
-        check_exposure(
-            "dispatcher", config.protocol, config.host, config.secured, insecure
-        )
-        return service.DispatchServer(config)
 
     serve("dispatcher", build, lambda server: server.target)
+
+
+def build_dispatcher(
+    section: dict[str, Any], insecure: bool, **overrides: Any
+) -> service.DispatchServer:
+    """A started dispatcher for a ``dispatcher:`` section and flag overrides."""
+    config = yaml_config.dispatcher_config(section, **overrides)
+    check_exposure("dispatcher", config.protocol, config.host, config.secured, insecure)
+    return service.DispatchServer(config)
 
 
 @click.command()
@@ -87,6 +95,12 @@ def dispatcher(
     "for --host 0.0.0.0, this host's address towards the dispatcher].",
 )
 @click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics on this port (0: any free) [default: none].",
+)
 @_insecure_option
 def worker(
     config_file: str | None,
@@ -95,6 +109,7 @@ def worker(
     port: int | None,
     worker_address: str | None,
     heartbeat_interval_ms: int | None,
+    metrics_port: int | None,
     insecure: bool,
 ) -> None:
     """Run a worker in the foreground."""
@@ -108,6 +123,7 @@ def worker(
             port=port,
             worker_address=worker_address,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            metrics_port=metrics_port,
         )
         protocol = config.data_transfer_protocol or config.protocol
         check_exposure("worker", protocol, config.host, config.secured, insecure)

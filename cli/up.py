@@ -1,10 +1,13 @@
 """``zmqdata up FILE``: a whole deployment from one YAML file, supervised.
 
 Runs the dispatcher in this process and ``workers:`` worker processes
-(``python -m zmqdata worker --config FILE --dispatcher <address>``), prints
-``deployment ready: ...`` on stderr once every worker has registered, restarts
-a worker that exits with exponential backoff, and on SIGINT/SIGTERM stops the
-workers, then the dispatcher, and exits 0.
+(``python -m zmqdata worker --config FILE --dispatcher <address>``; worker ``i``
+gets ``port + i`` and ``metrics_port + i`` when those are fixed), prints
+``deployment ready: ...`` on stderr once every worker process is alive and
+registered, restarts a worker that exits with exponential backoff, and on
+SIGINT/SIGTERM stops the workers, then the dispatcher, and exits 0. A worker
+that exits ``--max-crashes`` times in a row within ``CRASH_WINDOW_S`` stops the
+whole deployment with a one-line reason and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from dataclasses import dataclass, field
 
 import click
 from zmqdata_cli._common import (
-    check_exposure,
     connectable,
     load_deployment,
+    start_server,
     stop_on_signals,
 )
+from zmqdata_cli.daemons import build_dispatcher
 
 from zmqdata import service
 from zmqdata._runtime import yaml_config
@@ -32,7 +36,8 @@ from zmqdata._runtime import yaml_config
 logger = logging.getLogger("zmqdata")
 
 BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
-STABLE_AFTER_S = 30.0  # a worker up this long has its backoff reset
+STABLE_AFTER_S = 30.0  # a worker up this long has its backoff and crashes reset
+CRASH_WINDOW_S = 120.0
 STOP_GRACE_S = 10.0
 
 
@@ -42,12 +47,13 @@ class _Slot:
 
     index: int
     command: list[str]
+    max_crashes: int
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
-    restarts: int = 0
     restart_at: float | None = None
     backoff_s: float = BACKOFF_START_S
-    history: list[int] = field(default_factory=list)
+    crashes: list[float] = field(default_factory=list)
+    """When the worker exited, since it last ran ``STABLE_AFTER_S``."""
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.command)
@@ -55,20 +61,37 @@ class _Slot:
         self.restart_at = None
         logger.info("worker %d started (pid %d)", self.index, self.proc.pid)
 
+    @property
+    def alive_pid(self) -> int | None:
+        """The worker's pid while its process runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        return self.proc.pid
+
     def check(self, now: float) -> None:
-        """Restarts the worker if it exited (after its backoff delay)."""
+        """Restarts the worker if it exited (after its backoff delay).
+
+        Raises:
+            click.ClickException: If it exited ``max_crashes`` times in a row
+                within ``CRASH_WINDOW_S``.
+        """
         if self.restart_at is not None:
             if now >= self.restart_at:
-                self.restarts += 1
                 self.start()
             return
         assert self.proc is not None
         code = self.proc.poll()
         if code is None:
             if now - self.started_at >= STABLE_AFTER_S:
-                self.backoff_s = BACKOFF_START_S
+                self.backoff_s, self.crashes = BACKOFF_START_S, []
             return
-        self.history.append(code)
+        self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
+        if len(self.crashes) >= self.max_crashes:
+            raise click.ClickException(
+                f"worker {self.index} exited {len(self.crashes)} times in a row "
+                f"within {CRASH_WINDOW_S:g} s (last exit code {code}); "
+                "stopping the deployment"
+            )
         logger.warning(
             "worker %d exited with code %d; restarting in %.1f s",
             self.index,
@@ -104,9 +127,11 @@ def _worker_command(
     command += ["--config", config_file, "--dispatcher", target]
     if insecure:
         command.append("--insecure")
-    port = deployment.worker.get("port", 0)
-    if port:  # several workers on one host cannot share a fixed port
-        command += ["--port", str(port + index)]
+    # Several workers on one host cannot share a fixed port.
+    for key in ("port", "metrics_port"):
+        port = deployment.worker.get(key)
+        if port:
+            command += [f"--{key.replace('_', '-')}", str(port + index)]
     return command
 
 
@@ -117,35 +142,36 @@ def _worker_command(
     is_flag=True,
     help="Allow binding a non-loopback host without CURVE keys (docs/security.md).",
 )
-def up(config_file: str, insecure: bool) -> None:
+@click.option(
+    "--max-crashes",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help=f"Stop everything when a worker exits this many times in a row "
+    f"within {CRASH_WINDOW_S:g} s.",
+)
+def up(config_file: str, insecure: bool, max_crashes: int) -> None:
     """Run a dispatcher and the file's `workers:` worker processes, supervised."""
     deployment = load_deployment(config_file)
     config_file = os.path.abspath(config_file)
     with stop_on_signals() as stop:
-        try:
-            config = yaml_config.dispatcher_config(deployment.dispatcher)
-            check_exposure(
-                "dispatcher", config.protocol, config.host, config.secured, insecure
-            )
-            dispatcher = service.DispatchServer(config)
-        except click.ClickException:
-            raise
-        except (TypeError, ValueError) as error:
-            raise click.ClickException(
-                f"bad dispatcher configuration: {error}"
-            ) from None
-        except Exception as error:
-            raise click.ClickException(f"dispatcher failed to start: {error}") from None
+        dispatcher = start_server(
+            "dispatcher", lambda: build_dispatcher(deployment.dispatcher, insecure)
+        )
         target = connectable(dispatcher.target)
         logger.info("dispatcher started at %s", dispatcher.target)
         slots = [
-            _Slot(i, _worker_command(config_file, target, deployment, i, insecure))
+            _Slot(
+                i,
+                _worker_command(config_file, target, deployment, i, insecure),
+                max_crashes,
+            )
             for i in range(deployment.workers)
         ]
         try:
             for slot in slots:
                 slot.start()
-            _supervise(slots, target, dispatcher, deployment.workers, stop)
+            _supervise(slots, target, dispatcher, stop)
         finally:
             logger.info("stopping %d workers", len(slots))
             for slot in slots:
@@ -158,11 +184,21 @@ def up(config_file: str, insecure: bool) -> None:
             logger.info("deployment stopped")
 
 
+def _registered_pids(dispatcher: service.DispatchServer) -> set[int]:
+    """The pids of the worker processes registered with the in-process dispatcher.
+
+    A worker registers with its process token, ``<pid>-<uuid>``. ``list()``
+    copies the table in one step under the GIL, safe from the dispatcher thread.
+    """
+    workers = list(dispatcher._loop.state.workers.values())
+    tokens = [worker.local_process.split("-", 1)[0] for worker in workers]
+    return {int(token) for token in tokens if token.isdigit()}
+
+
 def _supervise(
     slots: list[_Slot],
     target: str,
     dispatcher: service.DispatchServer,
-    expected: int,
     stop: threading.Event,
 ) -> None:
     ready = False
@@ -171,12 +207,11 @@ def _supervise(
         for slot in slots:
             slot.check(now)
         if not ready:
-            # In process: needs no client keys when the dispatcher uses CURVE.
-            registered = dispatcher._num_workers()
-            if registered >= expected:
+            pids = {slot.alive_pid for slot in slots}
+            if None not in pids and pids <= _registered_pids(dispatcher):
                 ready = True
                 click.echo(
                     f"deployment ready: dispatcher {target}, "
-                    f"{registered} workers registered",
+                    f"{len(slots)} workers registered",
                     err=True,
                 )

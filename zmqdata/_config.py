@@ -1,7 +1,7 @@
 """Server configurations: frozen dataclasses validated when built.
 
-Field names are the YAML keys of ``zmqdata up`` files. A bad value raises
-``ValueError`` (or ``TypeError``) naming the field and the value.
+Field names are the YAML keys of ``zmqdata up`` files. A bad value, including
+one of the wrong type, raises ``ValueError`` naming the field and the value.
 
 >>> DispatcherConfig(port=5050).port
 5050
@@ -24,7 +24,7 @@ DATA_PROTOCOLS = ("tcp", "ipc", "inproc")
 
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected int, got {value!r}")
+        raise ValueError(f"expected int, got {value!r}")
     return value
 
 
@@ -48,13 +48,13 @@ def _non_negative(value: Any) -> int:
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"expected bool, got {value!r}")
+        raise ValueError(f"expected bool, got {value!r}")
     return value
 
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise TypeError(f"expected a non-empty str, got {value!r}")
+        raise ValueError(f"expected a non-empty str, got {value!r}")
     return value
 
 
@@ -73,8 +73,10 @@ def _choice(*options: str) -> Callable[[Any], str]:
 
 def _texts(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise TypeError(f"expected a list of str, got {value!r}")
-    return tuple(_text(item) for item in value)
+        raise ValueError(f"expected a list of str, got {value!r}")
+    if not all(isinstance(item, str) and item for item in value):
+        raise ValueError(f"expected a list of non-empty str, got {value!r}")
+    return tuple(value)
 
 
 def _target(value: Any) -> str:
@@ -85,8 +87,8 @@ def _validate(config: Any, checks: dict[str, Callable[[Any], Any]]) -> None:
     for name, check in checks.items():
         try:
             value = check(getattr(config, name))
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"{type(config).__name__}.{name}: {error}") from None
+        except ValueError as error:
+            raise ValueError(f"{type(config).__name__}.{name}: {error}") from None
         object.__setattr__(config, name, value)
 
 

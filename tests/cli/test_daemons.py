@@ -2,13 +2,17 @@
 
 import json
 import os
+import re
 import signal
+import socket
+import urllib.request
 
 import pytest
 
 import zmqdata as zd
 from tests.cli.procs import run, zmqdata
 from tests.helpers import poll_for
+from tests.service.cluster import free_port
 from zmqdata import service
 
 READY = r"(dispatcher|worker|deployment) ready: (dispatcher )?(\S+?),?( |$)"
@@ -99,6 +103,15 @@ def test_worker_without_dispatcher_fails_with_one_line():
     assert "Traceback" not in completed.stderr
 
 
+def test_worker_warns_within_seconds_when_its_dispatcher_refuses():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with zmqdata("worker", "--dispatcher", address) as worker:
+        line = worker.wait_for_line(r"no answer from the dispatcher", timeout=10)
+        assert worker.stop() == 0
+    assert address in line.string
+    assert "connection refused" in line.string
+
+
 def test_status_of_unreachable_dispatcher_fails_quickly():
     completed = run("status", "--dispatcher", "127.0.0.1:1", "--timeout", "0.5")
     assert completed.returncode != 0
@@ -132,3 +145,68 @@ def test_bad_yaml_is_rejected_naming_the_key(tmp_path, command, text, message):
     assert message in completed.stderr, completed.stderr
     assert "Traceback" not in completed.stderr
     assert len(completed.stderr.strip().splitlines()) == 1, completed.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _two_free_ports() -> int:
+    """A port P such that P and P + 1 are both free on 127.0.0.1 right now."""
+
+    def pair() -> int | None:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                return None
+        return port
+
+    found: int = poll_for(pair, 5)
+    return found
+
+
+def test_up_gives_each_worker_its_own_metrics_port(tmp_path):
+    port = _two_free_ports()
+    config = tmp_path / "up.yaml"
+    config.write_text(
+        f"worker: {{heartbeat_interval_ms: 100, metrics_port: {port}}}\nworkers: 2\n"
+    )
+    with zmqdata("up", str(config)) as up:
+        match = up.wait_for_line(r"deployment ready: dispatcher (\S+), (\d+) workers")
+        assert int(match.group(2)) == 2
+        for each in (port, port + 1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{each}/metrics") as page:
+                assert b"zmqdata_worker_elements" in page.read()
+        assert up.count(r"worker \d exited") == 0
+        assert up.stop(signal.SIGINT) == 0
+    assert "Traceback" not in up.stderr
+
+
+def test_up_stops_everything_when_a_worker_keeps_crashing(tmp_path):
+    port = _two_free_ports()
+    config = tmp_path / "up.yaml"
+    config.write_text(
+        f"worker: {{heartbeat_interval_ms: 100, metrics_port: {port}}}\nworkers: 2\n"
+    )
+    with (
+        socket.create_server(("127.0.0.1", port + 1)),  # worker 1's metrics port
+        zmqdata("up", str(config), "--max-crashes", "2") as up,
+    ):
+        assert up.popen.wait(60) == 1
+        up.stop()  # collects the rest of its stderr
+        pids = [int(pid) for pid in re.findall(r"started \(pid (\d+)\)", up.stderr)]
+        assert len(pids) == 3  # worker 0 once, worker 1 twice
+        poll_for(lambda: not any(_alive(pid) for pid in pids), 10)
+    assert up.lines[-1] == (
+        "Error: worker 1 exited 2 times in a row within 120 s (last exit code 1); "
+        "stopping the deployment"
+    ), up.stderr
+    assert "deployment ready" not in up.stderr  # worker 1 never was alive and well
+    assert "deployment stopped" in up.stderr
+    assert "Traceback" not in up.stderr

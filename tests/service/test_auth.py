@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -15,8 +18,12 @@ import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
+from tests.service.logs import warnings_from
 from zmqdata import errors, service
+from zmqdata._client import rpc
 from zmqdata._runtime import auth
+from zmqdata._wire import messages as m
+from zmqdata._worker import server as worker_server
 
 
 class Keys:
@@ -221,3 +228,129 @@ def test_a_reader_refused_by_the_workers_fails_with_permission_denied(
     with pytest.raises(errors.PermissionDeniedError):
         list(ds)
     assert time.monotonic() - started < 5.0
+
+
+class _Resetter:
+    """A raw TCP peer that accepts connections and resets each one.
+
+    With ``read_first`` it reads the client's ZMTP greeting first, so the reset
+    comes in the middle of the handshake.
+    """
+
+    def __init__(self, read_first: bool) -> None:
+        self.read_first = read_first
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
+        self.target = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.resets = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            if self.read_first:
+                conn.settimeout(1.0)
+                with contextlib.suppress(OSError):
+                    conn.recv(64)
+            conn.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            conn.close()  # linger 0: an RST instead of a FIN
+            self.resets += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.listener.close()
+
+
+@pytest.fixture(params=[False, True], ids=["on-accept", "mid-handshake"])
+def resetter(request: pytest.FixtureRequest) -> Any:
+    peer = _Resetter(request.param)
+    yield peer
+    peer.stop()
+
+
+def test_a_reset_mid_handshake_is_retried_not_denied(resetter: _Resetter) -> None:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    monitor = auth.handshake_monitor(sock)
+    try:
+        sock.connect(resetter.target)
+
+        def reset_and_checked() -> bool:
+            if monitor.poll(10):
+                auth.check_handshake(monitor, resetter.target)  # must not raise
+            return resetter.resets >= 5
+
+        poll_for(reset_and_checked, timeout=5.0)
+    finally:
+        auth.close_monitor(sock, monitor)
+        sock.close(linger=0)
+
+
+def test_a_plain_call_to_a_resetting_peer_is_unavailable_not_denied(
+    resetter: _Resetter,
+) -> None:
+    with pytest.raises(errors.UnavailableError, match="no answer"):
+        rpc.call(resetter.target, m.GetStatus(), m.GetStatusReply, 0.5)
+    assert resetter.resets >= 2
+
+
+def test_rejected_keys_are_logged_with_the_peer_address(
+    secured: Cluster,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _use(monkeypatch, keys.intruder_secret, keys.server_public)
+    with pytest.raises(errors.PermissionDeniedError, match="rejected this client"):
+        service.get_status(secured.target)
+    logged = poll_for(lambda: warnings_from(caplog, "zmqdata._runtime.auth"))
+    intruder = zmq.auth.load_certificate(keys.intruder_secret)[0].decode()
+    assert (
+        f"from 127.0.0.1: public key {intruder} is not in {keys.authorized}"
+        in logged[0]
+    )
+
+
+def test_a_worker_with_a_rejected_key_warns_naming_the_dispatcher(
+    secured: Cluster,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.3)
+    secured.add_worker(wait=False, **keys.worker_options(keys.intruder_secret))
+    found = poll_for(lambda: warnings_from(caplog, "zmqdata._worker.server"), 5.0)
+    assert f"no answer from the dispatcher at {secured.target}" in found[0]
+    assert "rejected this client's public key" in found[0]
+
+
+def test_a_reader_outlives_a_worker_that_resets_mid_handshake(
+    cluster: Any, resetter: _Resetter, sockets: Any
+) -> None:
+    # A "worker" whose data port resets every connection, as one killed while
+    # starting does: the read goes on with the real worker, no denial.
+    c = cluster(num_workers=1)
+    fake = sockets(c.target)
+    fake.send(
+        m.encode(
+            m.RegisterWorker(
+                request_id=1,
+                worker_address=resetter.target.split("://", 1)[1],
+                data_address=resetter.target,
+                version=zd.__version__,
+            )
+        )
+    )
+    poll_for(lambda: c.num_registered_workers() == 2)
+    ds = zd.Dataset.range(50).apply(
+        service.distribute("distributed_epoch", c.target, data_transfer_protocol="tcp")
+    )
+    assert sorted(ints(ds)) == list(range(50))
+    assert resetter.resets >= 1

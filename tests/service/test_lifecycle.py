@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
 import threading
 from typing import Any
 
@@ -14,7 +16,7 @@ import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import free_port
-from zmqdata import service
+from zmqdata import errors, service
 from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages as m
 
@@ -255,3 +257,40 @@ def test_workers_register_again_with_a_restarted_dispatcher(cluster):
     poll_for(lambda: c.num_registered_workers() == 2)
     ds = zd.Dataset.range(20).apply(service.distribute("distributed_epoch", c.target))
     assert sorted(ints(ds)) == list(range(20))
+
+
+@pytest.mark.parametrize(
+    ("mode", "copies"), [("distributed_epoch", 1), ("parallel_epochs", 3)]
+)
+def test_ipc_workers_get_their_own_socket_files_removed_on_stop(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, mode: str, copies: int
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="zd-") as runtime_dir:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", runtime_dir)
+        sockets_dir = os.path.join(runtime_dir, "zmqdata")
+        c = cluster(
+            num_workers=3,
+            dispatcher_options={"protocol": "ipc"},
+            data_transfer_protocol="ipc",
+        )
+        files = sorted(os.listdir(sockets_dir))
+        assert len(files) == 4  # the dispatcher's and one per worker
+        assert all(f.startswith(f"zmqdata-{os.getpid()}-") for f in files)
+        ds = zd.Dataset.range(30).apply(
+            service.distribute(mode, c.target, data_transfer_protocol="ipc")
+        )
+        assert sorted(ints(ds)) == sorted(list(range(30)) * copies)
+        c.stop()
+        assert os.listdir(sockets_dir) == []
+
+
+def test_a_worker_that_fails_to_start_never_registers(cluster: Any) -> None:
+    c = cluster(num_workers=0)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        metrics_port = taken.getsockname()[1]
+        with pytest.raises(errors.UnavailableError, match="metrics"):
+            service.WorkerServer(
+                service.WorkerConfig(c.target, metrics_port=metrics_port)
+            )
+    c.add_worker()  # registered after the failed one would have been
+    assert c.num_registered_workers() == 1

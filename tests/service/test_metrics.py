@@ -183,11 +183,9 @@ def test_a_taken_metrics_port_is_unavailable_and_leaks_nothing():
     assert metrics_threads() == []
 
 
-@pytest.mark.parametrize(
-    ("value", "error"), [(70_000, ValueError), (-1, ValueError), (True, TypeError)]
-)
-def test_metrics_port_is_validated(value, error):
-    with pytest.raises(error, match=r"DispatcherConfig\.metrics_port"):
+@pytest.mark.parametrize("value", [70_000, -1, True])
+def test_metrics_port_is_validated(value):
+    with pytest.raises(ValueError, match=r"DispatcherConfig\.metrics_port"):
         service.DispatcherConfig(metrics_port=value)
-    with pytest.raises(error, match=r"WorkerConfig\.metrics_port"):
+    with pytest.raises(ValueError, match=r"WorkerConfig\.metrics_port"):
         service.WorkerConfig("tcp://127.0.0.1:1", metrics_port=value)

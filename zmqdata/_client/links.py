@@ -25,11 +25,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from zmqdata._runtime import auth
-from zmqdata.errors import PermissionDeniedError
 
-_EVENTS = (
-    auth.HANDSHAKE_FAILURES | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
-)
 _MAX_PING_S = 2.0
 
 
@@ -60,8 +56,7 @@ class Links:
         ping_s = min(_MAX_PING_S, self._timeout_s / 4)
         sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, int(ping_s * 1000)))
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, max(1, int(2 * ping_s * 1000)))
-        monitor: zmq.Socket[Any] = sock.get_monitor_socket(_EVENTS)
-        monitor.setsockopt(zmq.LINGER, 0)
+        monitor = auth.handshake_monitor(sock, also=zmq.EVENT_DISCONNECTED)
         link = _Link(sock, endpoint, up=endpoint.startswith("inproc://"), since=now)
         self._by_monitor[monitor] = self._by_endpoint[endpoint] = link
         return monitor
@@ -83,12 +78,11 @@ class Links:
             except zmq.Again:
                 return went_down
             kind = event["event"]
-            if kind & auth.HANDSHAKE_FAILURES:
-                raise PermissionDeniedError(
-                    f"{link.endpoint} refused this reader's CURVE handshake: check "
-                    "ZMQDATA_CURVE_SECRET_KEY_FILE and ZMQDATA_CURVE_SERVER_KEY_FILE, "
-                    "and that the server authorizes this public key"
-                )
+            reason = auth.denial(monitor, kind, event["value"])
+            if reason is not None:
+                raise auth.denied(link.endpoint, reason)
+            if kind not in (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_DISCONNECTED):
+                continue  # a handshake cut short: ZeroMQ reconnects
             up = kind == zmq.EVENT_HANDSHAKE_SUCCEEDED
             if up != link.up:
                 link.up, link.since = up, now

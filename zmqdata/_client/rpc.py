@@ -3,7 +3,9 @@
 A dispatcher that is not up yet is waited for: ZeroMQ queues the request until
 the connection exists, and the request is re-sent with backoff in case a
 previous dispatcher took it down with it. Running out of time raises
-``UnavailableError``; an error reply raises the matching ``zmqdata.errors`` class.
+``UnavailableError``, saying why when it can be told (the host does not resolve,
+the connection is refused); a warning is logged after ``WARN_AFTER_S`` already.
+An error reply raises the matching ``zmqdata.errors`` class.
 With CURVE keys in the client settings the socket is a CurveZMQ client, and a
 failed handshake (a key the server does not accept) raises
 ``PermissionDeniedError`` at once instead of waiting for the deadline.
@@ -13,19 +15,24 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import time
 from typing import Any, TypeVar
 
 import zmq
 
 from zmqdata._client import settings as client_settings
-from zmqdata._runtime import auth
+from zmqdata._runtime import auth, reach
 from zmqdata._runtime.clock import Backoff, Deadline
 from zmqdata._runtime.loop import context
 from zmqdata._wire import messages as m
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
 
+logger = logging.getLogger(__name__)
+
 R = TypeVar("R", bound=m.Message)
 _request_ids = itertools.count(1)
+WARN_AFTER_S = 3.0
 
 
 def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float) -> R:
@@ -35,13 +42,15 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
     keys = client_settings.current().keys()
     sock: zmq.Socket[Any] = context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    auth.secure_client(sock, keys)
     # Also without keys: a plain client of a CURVE server fails its handshake.
     monitor = auth.handshake_monitor(sock)
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     poller.register(monitor, zmq.POLLIN)
+    started = time.monotonic()
+    warned = False
     try:
-        auth.secure_client(sock, keys)
         sock.connect(target)
         while True:
             sock.send(m.encode(request))
@@ -66,7 +75,18 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
                     return reply
             if deadline.expired():
                 raise UnavailableError(
-                    f"no answer from {target} to {request.TYPE!r} within {timeout_s:g} s"
+                    f"no answer from {target} to {request.TYPE!r} within "
+                    f"{timeout_s:g} s: {reach.diagnose(target)}"
+                )
+            silent_s = time.monotonic() - started
+            if not warned and silent_s >= WARN_AFTER_S:
+                warned = True
+                logger.warning(
+                    "no answer from %s for %.1f s: %s; retrying for up to %g s",
+                    target,
+                    silent_s,
+                    reach.diagnose(target),
+                    timeout_s,
                 )
     finally:
         auth.close_monitor(sock, monitor)

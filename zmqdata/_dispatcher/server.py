@@ -13,7 +13,7 @@ import zmq
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.state import DispatcherState, Outgoing
-from zmqdata._runtime import auth, metrics
+from zmqdata._runtime import auth, ipc, metrics
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
@@ -74,9 +74,9 @@ class _DispatcherLoop(PollLoop):
         auth.secure_server(self._router, self._keys)
         auth.acquire(self._keys)
         try:
-            self.endpoint = self.bind(
-                self._router, self.config.protocol, self.config.host, self.config.port
-            )
+            protocol = self.config.protocol
+            host = ipc.bind_host(protocol, self.config.host)
+            self.endpoint = self.bind(self._router, protocol, host, self.config.port)
         except BaseException:
             auth.release(self._keys)
             if self._journal is not None:

@@ -6,7 +6,8 @@ readable sockets in ``on_readable()`` and do periodic work in ``on_tick()``.
 deadline, and the loop closes every socket it made with ``linger=0`` so ports
 are free when ``stop()`` returns. ZeroMQ closes listeners asynchronously on its
 I/O thread, so endpoints bound with ``PollLoop.bind`` are unbound first and the
-loop waits (briefly) for the socket monitor to report them closed.
+loop waits (briefly) for the socket monitor to report them closed; the files of
+ipc endpoints are removed (libzmq leaves them behind).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import zmq
 
+from zmqdata._runtime import ipc
 from zmqdata.errors import DeadlineExceededError, UnavailableError
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class PollLoop:
         self._stop_endpoint = f"inproc://zmqdata-stop-{next(_ids)}"
         self._loop_sockets: list[zmq.Socket[Any]] = []
         self._listeners: list[tuple[zmq.Socket[Any], str, zmq.Socket[Any]]] = []
+        self._ipc_files: list[tuple[str, tuple[int, int] | None]] = []
         self._loop_poller = zmq.Poller()
         self._loop_thread: threading.Thread | None = None
         self._loop_ready = threading.Event()
@@ -79,6 +82,9 @@ class PollLoop:
             monitor = sock.get_monitor_socket(zmq.EVENT_CLOSED)
             monitor.setsockopt(zmq.LINGER, 0)
             self._listeners.append((sock, endpoint, monitor))
+        if protocol == "ipc":
+            path = endpoint.split("://", 1)[1]
+            self._ipc_files.append((path, ipc.file_id(path)))
         return endpoint
 
     def watch(self, fd: int) -> None:
@@ -206,6 +212,9 @@ class PollLoop:
             finally:
                 monitor.close(linger=0)
         self._listeners.clear()
+        for path, bound in self._ipc_files:
+            ipc.remove(path, bound)
+        self._ipc_files.clear()
         for sock in self._loop_sockets:
             sock.close()  # with its LINGER option: 0 unless a loop asked for more
         self._loop_sockets.clear()

@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, hostaddr, metrics
+from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
@@ -25,11 +25,19 @@ from zmqdata._version import __version__
 from zmqdata._wire import messages as m
 from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.task import TaskRunner
-from zmqdata.errors import FailedPreconditionError, ZmqDataError
+from zmqdata.errors import (
+    FailedPreconditionError,
+    PermissionDeniedError,
+    ZmqDataError,
+)
 
 logger = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 1
+WARN_AFTER_S = 5.0
+"""A dispatcher silent this long (or 3 heartbeats) gets a warning, repeated
+every ``WARN_EVERY_S`` while it stays silent."""
+WARN_EVERY_S = 30.0
 
 
 class _ControlLoop(PollLoop):
@@ -51,6 +59,8 @@ class _ControlLoop(PollLoop):
         self._next_send = 0.0
         self._backoff = Backoff(0.05, max(0.05, self._heartbeat_s))
         self._last_reply = time.monotonic()
+        self._next_warning = 0.0
+        self._handshake_error: str | None = None
         # What the worker registers as (host:port) and where consumers dial
         # it; set by WorkerServer.start() once the data socket is bound.
         self.worker_address = self.data_address = ""
@@ -61,6 +71,8 @@ class _ControlLoop(PollLoop):
         # apart by it, also after a reconnect.
         self._dealer.setsockopt(zmq.ROUTING_ID, f"w-{uuid.uuid4().hex}".encode())
         auth.secure_client(self._dealer, self._keys)
+        self._monitor = auth.handshake_monitor(self._dealer)
+        self._loop_poller.register(self._monitor, zmq.POLLIN)
         self._dealer.connect(self.config.dispatcher_address)
         self._register()
 
@@ -85,6 +97,9 @@ class _ControlLoop(PollLoop):
         self._next_send = time.monotonic() + max(self._backoff.next_delay(), 0.05)
 
     def on_readable(self, sock: Any) -> None:
+        if sock is self._monitor:
+            self._check_handshake()
+            return
         while True:
             try:
                 payload = sock.recv(zmq.NOBLOCK)
@@ -96,6 +111,7 @@ class _ControlLoop(PollLoop):
                 logger.warning("bad message from the dispatcher: %s", error)
                 continue
             self._last_reply = time.monotonic()
+            self._next_warning, self._handshake_error = 0.0, None
             self._on_message(message)
 
     def _on_message(self, message: m.Message) -> None:
@@ -124,6 +140,7 @@ class _ControlLoop(PollLoop):
             logger.warning("dispatcher error: %s: %s", message.code, message.message)
 
     def on_tick(self, now: float) -> None:
+        self._warn_if_silent(now)
         if now < self._next_send:
             return
         if self.worker_id is None:
@@ -141,6 +158,28 @@ class _ControlLoop(PollLoop):
             )
         )
         self._next_send = now + self._heartbeat_s
+
+    def _check_handshake(self) -> None:
+        try:
+            auth.check_handshake(self._monitor, self.config.dispatcher_address)
+        except PermissionDeniedError as error:
+            self._handshake_error = error.message
+
+    def _warn_if_silent(self, now: float) -> None:
+        silent_s = now - self._last_reply
+        if (
+            silent_s < max(WARN_AFTER_S, 3 * self._heartbeat_s)
+            or now < self._next_warning
+        ):
+            return
+        self._next_warning = now + WARN_EVERY_S
+        address = self.config.dispatcher_address
+        logger.warning(
+            "no answer from the dispatcher at %s for %.0f s: %s",
+            address,
+            silent_s,
+            self._handshake_error or reach.diagnose(address, timeout_s=0.5),
+        )
 
     def _start_tasks(self, tasks: list[dict[str, Any]]) -> None:
         for task in tasks:
@@ -170,6 +209,7 @@ class _ControlLoop(PollLoop):
             logger.debug("task %d deleted", task_id)
 
     def teardown(self) -> None:
+        auth.close_monitor(self._dealer, self._monitor)
         for runner in self._runners.snapshot():
             self._runners.pop(runner.task_id)
             runner.stop()
@@ -254,7 +294,7 @@ class WorkerServer:
             raise TypeError(f"config must be a WorkerConfig, got {config!r}")
         protocol = config.data_transfer_protocol or config.protocol
         host = (
-            config.host
+            ipc.bind_host(protocol, config.host)  # ipc: one socket file per worker
             if protocol != "inproc"
             else f"zmqdata-worker-{uuid.uuid4().hex}"
         )
@@ -294,7 +334,7 @@ class WorkerServer:
         return self._control.data_address
 
     def start(self) -> None:
-        """Binds the data socket, then starts registering with the dispatcher."""
+        """Binds the data socket (and metrics), then registers with the dispatcher."""
         if self._stopped:
             raise FailedPreconditionError("a stopped WorkerServer cannot start again")
         self._data.start()
@@ -303,10 +343,6 @@ class WorkerServer:
         except BaseException:
             self.stop()
             raise
-        self._control.start()
-        if not self._counted:  # target_workers="LOCAL" reads check for one
-            self._counted = True
-            LOCAL_WORKERS.started()
         port = self.config.metrics_port
         if port is not None and self._metrics is None:
             protocol = self.config.data_transfer_protocol or self.config.protocol
@@ -319,6 +355,11 @@ class WorkerServer:
             except BaseException:
                 self.stop()
                 raise
+        # Last: a worker that fails to start never registers (no phantom worker).
+        self._control.start()
+        if not self._counted:  # target_workers="LOCAL" reads check for one
+            self._counted = True
+            LOCAL_WORKERS.started()
 
     def _advertise(self) -> None:
         control = self._control
