@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# PyTorch for tests/test_torch.py: the machine's local CPU wheel (a pin, so
+	# pip never pulls a CUDA build); without it those tests skip.
+	$(PY) -m pip install --quiet 'torch==2.13.0' || echo "note: no torch 2.13.0 here: tests/test_torch.py is skipped"
 	touch $(STAMP)
 
 # tests/hosts runs hosts as network namespaces: needs root and `ip`; without them

@@ -17,6 +17,7 @@ from zmqdata._client import rpc
 from zmqdata._runtime import yaml_config
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
+from zmqdata.errors import ZmqDataError
 
 logger = logging.getLogger("zmqdata")
 
@@ -76,8 +77,12 @@ def serve(name: str, build: Callable[[], Any], describe: Callable[[Any], str]) -
     with stop_on_signals() as stop:
         server = start_server(name, build)
         click.echo(f"{name} ready: {describe(server)}", err=True)
-        while not stop.wait(0.5):
-            pass
+        try:
+            while not stop.wait(0.5):
+                server.join(timeout=0)  # raises if a server loop died
+        except ZmqDataError as error:
+            server.stop()
+            raise click.ClickException(f"{name} failed: {error}") from None
         logger.info("%s stopping", name)
         server.stop()
         logger.info("%s stopped", name)

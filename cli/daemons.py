@@ -14,6 +14,7 @@ import click
 from zmqdata_cli._common import check_exposure, load_deployment, serve
 
 from zmqdata import service
+from zmqdata._dispatcher import journal
 from zmqdata._runtime import yaml_config
 
 _config_option = click.option(
@@ -41,6 +42,12 @@ _insecure_option = click.option(
     default=None,
     help="Journal state changes in the work dir.",
 )
+@click.option(
+    "--repair-journal",
+    is_flag=True,
+    help="Cut a damaged journal back to its records before the damage (after "
+    "backing the file up in the work dir), then exit; see docs/reliability.md.",
+)
 @_insecure_option
 def dispatcher(
     config_file: str | None,
@@ -48,10 +55,17 @@ def dispatcher(
     port: int | None,
     work_dir: str | None,
     fault_tolerant: bool | None,
+    repair_journal: bool,
     insecure: bool,
 ) -> None:
     """Run a dispatcher in the foreground."""
     section = load_deployment(config_file).dispatcher
+    if repair_journal:
+        directory = work_dir or section.get("work_dir")
+        if not directory:
+            raise click.ClickException("--repair-journal needs --work-dir")
+        click.echo(journal.repair(directory), err=True)
+        return
 
     def build() -> service.DispatchServer:
         return build_dispatcher(

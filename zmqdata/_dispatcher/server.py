@@ -220,9 +220,9 @@ class DispatchServer:
             self._metrics.stop()
         self._loop.stop()
 
-    def join(self) -> None:
-        """Blocks until ``stop()``."""
-        self._loop.join()
+    def join(self, timeout: float | None = None) -> None:
+        """Blocks until ``stop()`` (or ``timeout``); raises if the server crashed."""
+        self._loop.join(timeout)
 
     def _num_workers(self) -> int:
         return len(self._loop.state.workers)

@@ -396,9 +396,11 @@ class WorkerServer:
         self._data.stop()
         self._waker.close()
 
-    def join(self) -> None:
-        """Blocks until ``stop()``."""
-        self._control.join()
+    def join(self, timeout: float | None = None) -> None:
+        """Blocks until ``stop()`` (or ``timeout``); raises if a server loop crashed."""
+        self._data.join(0)
+        self._control.join(timeout)
+        self._data.join(0)
 
     def _num_tasks(self) -> int:
         return len(self._runners.snapshot())
