@@ -266,7 +266,15 @@ def test_service_job_shared_by_two_workers_reads_each_element_once(
 
 
 @pytest.mark.parametrize(
-    ("form", "num_workers"), [("factory", 0), ("factory", 2), ("dataset", 0)]
+    ("form", "num_workers", "persistent"),
+    [
+        ("factory", 0, False),
+        ("factory", 2, True),
+        ("factory", 2, False),
+        ("dataset", 0, False),
+        ("dataset", 2, True),
+        ("dataset", 2, False),
+    ],
 )
 def test_every_epoch_of_a_named_job_reads_a_full_pass(
     torch: Any,
@@ -274,6 +282,7 @@ def test_every_epoch_of_a_named_job_reads_a_full_pass(
     fast_heartbeats: None,
     form: str,
     num_workers: int,
+    persistent: bool,
 ) -> None:
     from zmqdata.torch import IterableDataset
 
@@ -284,6 +293,6 @@ def test_every_epoch_of_a_named_job_reads_a_full_pass(
         return zd.Dataset.range(30).apply(mode)
 
     adapter = IterableDataset(make if form == "factory" else make())
-    loader = _loader(torch, adapter, num_workers=num_workers, persistent=True)
+    loader = _loader(torch, adapter, num_workers=num_workers, persistent=persistent)
     for _ in range(3):  # the k-th epoch reads iteration k of the job
         assert _ints(loader) == list(range(30))

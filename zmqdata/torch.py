@@ -27,6 +27,7 @@ A full example is ``IterableDataset``'s docstring and ``docs/frameworks.md``.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +102,12 @@ def _uses_service(node: Node) -> bool:
 
 
 def _start_at_epoch(dataset: Dataset, epoch: int) -> None:
-    """Makes a factory's dataset read iteration ``epoch`` of its named jobs.
+    """Makes ``dataset`` read iteration ``epoch`` of its named jobs.
 
     The k-th ``iter()`` of a dataset joins iteration k of a named job; a
-    factory returns a fresh dataset every epoch, which would join iteration 0
-    (drained already) every time.
+    factory returns a fresh dataset every epoch, and a ``DataLoader`` without
+    persistent workers starts fresh copies every epoch: both would join
+    iteration 0 (drained already) every time.
     """
     for node in dataset._node.walk():
         if node.reads_named_job():
@@ -199,8 +201,13 @@ def _make_class() -> type:
             self.rank = rank
             self.world_size = world_size
             self.shard = shard
-            self.epochs = 0
-            """Passes started in this process (the k-th joins a named job's iteration k)."""
+            # A spawn-context value also works in forked workers (nothing is
+            # pickled there), while a fork-context one cannot reach spawned ones.
+            self.passes = multiprocessing.get_context("spawn").Value("q", 0)
+            """Passes started by every reader of this adapter, shared across the
+            ``DataLoader``'s worker processes (also when fresh ones start each
+            epoch): ``passes // readers`` is the epoch, and a named job's
+            iteration k is read on epoch k."""
 
         def _dataset(self) -> Dataset:
             if isinstance(self.source, Dataset):
@@ -227,11 +234,18 @@ def _make_class() -> type:
                 (num_shards, self.rank * workers + worker) if num_shards > 1 else None
             )
 
+        def _epoch(self) -> int:
+            """This reader's epoch: every reader starts one pass per epoch."""
+            info = torch.utils.data.get_worker_info()
+            readers = 1 if info is None else info.num_workers
+            with self.passes.get_lock():
+                started = self.passes.value
+                self.passes.value += 1
+            return int(started // readers)
+
         def __iter__(self) -> Iterator[Any]:
             dataset = self._dataset()
-            epoch, self.epochs = self.epochs, self.epochs + 1
-            if dataset is not self.source:
-                _start_at_epoch(dataset, epoch)
+            _start_at_epoch(dataset, self._epoch())
             shard = self.shard_of(dataset)
             if shard is not None:
                 dataset = dataset.shard(*shard)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 import pytest
+from zmqdata_cli._common import serve
 
 from tests.cli.procs import run
 from tests.dispatcher.test_journal_damage import damage, write_events
 from zmqdata import service
-from zmqdata_cli._common import serve
 
 
 def test_a_damaged_journal_refuses_to_start_until_repaired(tmp_path):
