@@ -82,3 +82,22 @@ def test_scarce_credit_rotates_over_every_worker(
         for _ in range(200):
             next(it)
         assert time.monotonic() - start < FAST_S
+
+
+def test_a_long_read_keeps_no_socket_for_workers_that_left(cluster):
+    """Workers come and go; the reader closes the sockets of the ones gone."""
+    c = cluster(num_workers=1, worker_timeout_ms=300)
+    ds = zd.Dataset.range(10**9).apply(
+        service.distribute("parallel_epochs", c.target, max_outstanding_requests=4)
+    )
+    with iter(ds) as it:
+        next(it)
+        fetcher = it._fetcher
+        for _ in range(3):  # a worker joins, the older one leaves
+            c.add_worker()
+            c.workers[-2].stop()
+            poll_for(lambda: len(fetcher._tasks) == 1, timeout=10)
+            next(it)
+        poll_for(lambda: len(fetcher._sockets_by_endpoint) == 1, timeout=10)
+        watched = set(fetcher._links._by_endpoint)
+        assert watched == {c.target, *fetcher._sockets_by_endpoint}

@@ -100,6 +100,17 @@ class Links:
         link = self._by_endpoint.get(endpoint)
         return 0.0 if link is None or link.up else now - link.since
 
+    def forget(self, endpoint: str) -> zmq.Socket[Any] | None:
+        """Stops watching ``endpoint``; returns its monitor for the caller to close."""
+        link = self._by_endpoint.pop(endpoint, None)
+        if link is None:
+            return None
+        for monitor, watched in list(self._by_monitor.items()):
+            if watched is link:
+                del self._by_monitor[monitor]
+                return monitor
+        return None
+
     def close(self) -> None:
         """Closes every monitor."""
         for monitor, link in self._by_monitor.items():

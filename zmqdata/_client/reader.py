@@ -297,8 +297,24 @@ class Fetcher(PollLoop):
         for task_id in list(self._tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
                 self._forget_requests(self._tasks.pop(task_id))
+        self._close_unused_sockets()
         self._finished = state.finished
         self._maybe_end()
+
+    def _close_unused_sockets(self) -> None:
+        """Closes the sockets of workers no task is read from any more.
+
+        Workers come and go (restarts, autoscaling): a long read must not keep
+        a socket, and its reconnect attempts, for every worker it ever saw.
+        """
+        in_use = {task.endpoint for task in self._tasks.values()}
+        for endpoint in [e for e in self._sockets_by_endpoint if e not in in_use]:
+            sock = self._sockets_by_endpoint.pop(endpoint)
+            monitor = self._links.forget(endpoint)
+            if monitor is not None:
+                self._loop_poller.unregister(monitor)
+                auth.close_monitor(sock, monitor)
+            self.close_socket(sock)
 
     def _wanted(self, info: dict[str, Any]) -> bool:
         local = info.get("local_process") == PROCESS_TOKEN
@@ -448,7 +464,9 @@ class Fetcher(PollLoop):
 
     def _on_worker_error(self, error: m.Error) -> None:
         task = self._requests.pop(error.request_id, None)
-        if task is not None and error.code == "NOT_FOUND":
+        if task is None:
+            return  # answers a request dropped with its task (a worker that left)
+        if error.code == "NOT_FOUND":
             # The worker has not started the task yet: ask again soon.
             self._in_flight -= task.requests.pop(error.request_id, 0)
             if task.finished:

@@ -87,6 +87,13 @@ class PollLoop:
             self._ipc_files.append((path, ipc.file_id(path)))
         return endpoint
 
+    def close_socket(self, sock: zmq.Socket[Any]) -> None:
+        """Closes one socket made by ``socket`` before the loop ends."""
+        if sock in self._loop_sockets:
+            self._loop_sockets.remove(sock)
+            self._loop_poller.unregister(sock)
+        sock.close(linger=0)
+
     def watch(self, fd: int) -> None:
         """Also polls a file descriptor (``on_readable`` gets the int)."""
         self._loop_poller.register(fd, zmq.POLLIN)
@@ -192,7 +199,8 @@ class PollLoop:
             if stop_rx in events:
                 return
             for sock in events:
-                self.on_readable(sock)
+                if not getattr(sock, "closed", False):  # closed by an earlier handler
+                    self.on_readable(sock)
             now = time.monotonic()
             if now >= next_tick:
                 self.on_tick(now)
