@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from contextlib import ExitStack
 
+import pytest
+
 import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
@@ -43,6 +45,7 @@ def _stall(pid: int, seconds: float) -> None:
     threading.Timer(seconds, os.kill, (pid, signal.SIGCONT)).start()
 
 
+@pytest.mark.timeout(60 + 5 * TRIALS)
 def test_dynamic_reads_stay_exactly_once_while_the_dispatcher_stalls_or_dies(
     tmp_path,
 ):
