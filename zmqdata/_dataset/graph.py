@@ -9,6 +9,11 @@ values are msgpack natives. Two extension types carry the rest:
 * user functions as cloudpickle bytes. cloudpickle ships lambdas and closures
   by value and module-level functions of importable modules by reference.
 
+Constant data is decoded with the frames codec's limits set to the bytes that
+carried it: a constant never holds more memory than its share of the pipeline
+bytes, so a compressed or forged constant cannot expand at a dispatcher or a
+worker.
+
 This is the only module that pickles. ``deserialize(..., load_functions=False)``
 leaves functions as opaque ``PickledFunction`` bytes, so a dispatcher can read a
 pipeline's sources (to make splits) without running anyone's code.
@@ -96,8 +101,7 @@ def deserialize(data: bytes, *, load_functions: bool = True) -> Node:
 
     def ext_hook(code: int, payload: bytes) -> Any:
         if code == _EXT_CONSTANT:
-            elements, _ = frames.decode(msgpack.unpackb(payload))
-            return Constant(elements[0])
+            return _decode_constant(payload)
         if code == _EXT_FUNCTION:
             return (
                 cloudpickle.loads(payload)
@@ -118,6 +122,20 @@ def deserialize(data: bytes, *, load_functions: bool = True) -> Node:
             f"is not {GRAPH_VERSION}"
         )
     return _decode_node(tree.get("root"))
+
+
+def _decode_constant(payload: bytes) -> Constant:
+    """A ``Constant`` from its frames, holding no more bytes than ``payload``."""
+    parts = msgpack.unpackb(payload)
+    if type(parts) is not list or not all(type(part) is bytes for part in parts):
+        raise InvalidArgumentError("malformed constant in a pipeline: not frames")
+    limits = frames.Limits(max_bytes=len(payload), max_decompressed=len(payload))
+    elements, _ = frames.decode(parts, limits)
+    if len(elements) != 1:
+        raise InvalidArgumentError(
+            f"malformed constant in a pipeline: {len(elements)} values, expected 1"
+        )
+    return Constant(elements[0])
 
 
 def _decode_node(tree: Any) -> Node:

@@ -521,6 +521,17 @@ class DispatcherState(ClusterRecords):
     def _get_or_register_dataset(
         self, peer: bytes, msg: m.GetOrRegisterDataset, now: float
     ) -> list[Outgoing]:
+        size, cap = (
+            len(msg.pipeline) + len(msg.element_spec),
+            self.config.max_pipeline_bytes,
+        )
+        if size > cap:
+            raise InvalidArgumentError(
+                f"the pipeline is {size} bytes, over the dispatcher's cap of {cap} "
+                "(DispatcherConfig.max_pipeline_bytes): read large data from files "
+                "(e.g. list_files + map) instead of embedding it with "
+                "from_tensor_slices / from_tensors"
+            )
         fingerprint = graph.fingerprint(msg.pipeline)
         dataset_id = msg.dataset_id or self.datasets_by_fingerprint.get(fingerprint, "")
         existing = self.datasets.get(dataset_id)

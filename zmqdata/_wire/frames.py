@@ -49,6 +49,15 @@ array is its own frame, zero-copy. A columnar batch always has a leaf that
 carries bytes for every element, so a forged ``n`` is bounded by the frames'
 size.
 
+Limits: decoding reads untrusted input, so what a header claims is checked
+against what was received and against :class:`Limits` *before* anything is
+allocated: the buffer table's sizes (a raw buffer must be as big as its frame, a
+compressed one may expand to at most ``Limits.max_decompressed`` bytes in all,
+and the whole message to ``Limits.max_bytes``), and the Python objects the
+element count and the SPECs ask for (at most ``OBJECTS_PER_BYTE`` per byte
+received, plus ``OBJECTS_FLOOR``), so neither a zstd bomb nor a forged count can
+turn a small message into a large allocation.
+
 Memory: :func:`encode` returns C-contiguous arrays' memory as is (a byte
 memoryview, no copy) when a buffer is not compressed; other arrays are copied
 once to C order. :func:`decode` returns arrays that are views of the buffer
@@ -70,6 +79,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import msgpack
@@ -84,7 +94,7 @@ from zmqdata._wire.codec import (
 )
 from zmqdata.errors import InvalidArgumentError
 
-__all__ = ["FORMAT_VERSION", "decode", "decode_sized", "encode"]
+__all__ = ["FORMAT_VERSION", "Limits", "decode", "decode_sized", "encode"]
 
 FORMAT_VERSION: Final = 1
 INLINE_MAX: Final = 64 * 1024
@@ -93,6 +103,29 @@ INLINE_BUDGET: Final = 1 << 20
 """...up to this many bytes per message; the rest get frames of their own."""
 MAX_DEPTH: Final = 64
 """The deepest container nesting accepted."""
+OBJECTS_PER_BYTE: Final = 4
+"""Decoding makes at most this many Python objects (elements, containers and
+leaf values) per byte received, ..."""
+OBJECTS_FLOOR: Final = 1 << 16
+"""... plus this many, whatever the size of the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one decoded message may hold, checked before anything is allocated.
+
+    Attributes:
+        max_bytes: The most bytes the header and the buffers may hold once
+            decompressed.
+        max_decompressed: The most bytes the compressed buffers of the message
+            may decompress to, in all.
+    """
+
+    max_bytes: int = 1 << 30
+    max_decompressed: int = 256 << 20
+
+
+DEFAULT_LIMITS: Final = Limits()
 
 _MAX_NDIM: Final = 64
 _COLUMN_MAX_NDIM: Final = 32
@@ -190,7 +223,9 @@ def encode(
     return [packed, *encoder.frames]
 
 
-def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
+def decode(
+    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], dict[str, Any]]:
     """Decodes the frames :func:`encode` made back into ``(elements, meta)``.
 
     Arrays are views of ``frames`` where possible (see the module docstring on
@@ -199,6 +234,7 @@ def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
     Args:
         frames: The header then the buffers: bytes-like objects or
             ``zmq.Frame`` objects.
+        limits: What the decoded message may hold (see :class:`Limits`).
 
     Returns:
         The elements, and the ``meta`` given to :func:`encode`.
@@ -207,16 +243,19 @@ def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
         InvalidArgumentError: The frames are malformed in any way: garbage or
             truncated header, unknown version, wrong frame count, a buffer
             whose size does not match its dtype and shape, a bad dtype, corrupt
-            compressed data.
+            compressed data; or they would decode to more than ``limits`` or
+            to more objects than the bytes received allow.
 
     >>> decode(encode([{"x": 1}], meta={"eos": False}))
     ([{'x': 1}], {'eos': False})
     """
-    elements, meta, _ = decode_sized(frames)
+    elements, meta, _ = decode_sized(frames, limits)
     return elements, meta
 
 
-def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
+def decode_sized(
+    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], dict[str, Any], int]:
     """Like :func:`decode`, plus the bytes the decoded batch holds in memory.
 
     That is the header and every buffer once decompressed: what a receiver
@@ -229,7 +268,7 @@ def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], i
     (True, True)
     """
     try:
-        return _decode(frames)
+        return _decode(frames, limits)
     except InvalidArgumentError:
         raise
     # A safety net: validation above should leave no other error, but decode
@@ -256,17 +295,33 @@ class _Encoder:
         """The header's ``"c"`` or ``"r"`` entry for ``items``."""
         fast = _fast_signature(items)
         if fast is not None:
-            return {"c": self._spec(fast, iter([items]), len(items))}
+            return {"c": self._columns(fast, iter([items]), len(items))}
         sigs, rows = _signatures(items)
-        if sigs and all(sig == sigs[0] for sig in sigs) and _columnar(sigs[0]):
+        if (
+            sigs
+            and all(sig == sigs[0] for sig in sigs)
+            and _columnar(sigs[0], len(items))
+        ):
             columns: Iterable[Sequence[Any]] = zip(*rows, strict=True)
-            return {"c": self._spec(sigs[0], iter(columns), len(items))}
+            return {"c": self._columns(sigs[0], iter(columns), len(items))}
         return {
             "r": [
                 self._spec(sig, ([leaf] for leaf in row), 1)
                 for sig, row in zip(sigs, rows, strict=True)
             ]
         }
+
+    def _columns(self, sig: _Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
+        """The columnar SPEC of ``n`` elements of ``sig``.
+
+        Its buffers stay uncompressed when the batch decodes to more objects
+        than ``OBJECTS_FLOOR``: a receiver refuses more objects per byte
+        received than ``OBJECTS_PER_BYTE``, as it cannot tell such a message
+        from a forged element count.
+        """
+        if n * _node_count(sig) > OBJECTS_FLOOR:
+            self._level = None
+        return self._spec(sig, columns, n)
 
     def _spec(self, sig: _Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
         """The SPEC for ``sig``, taking leaf columns (of ``n`` values) in order."""
@@ -419,24 +474,33 @@ def _bad_dtype(dtype: np.dtype[Any], what: str) -> str:
     )
 
 
-def _columnar(sig: _Sig) -> bool:
-    """Whether a batch of ``sig`` elements should travel columnar.
+def _columnar(sig: _Sig, n: int) -> bool:
+    """Whether a batch of ``n`` elements of ``sig`` should travel columnar.
 
     Not when an array leaf is big (stacking would copy it; rows send it
     zero-copy), nor when elements carry no bytes at all (then ``n`` would not be
-    bounded by the message size).
+    bounded by the message size), nor when they carry too few bytes for their
+    objects (a receiver would refuse the batch; rows list every object).
     """
-    has_data = False
+    min_bytes = 0
     for leaf in _leaf_signatures(sig):
         if isinstance(leaf, tuple) and leaf[0] == "a":
             shape: tuple[int, ...] = leaf[2]
             nbytes = math.prod(shape) * leaf[1].itemsize
             if nbytes >= INLINE_MAX or len(shape) >= _COLUMN_MAX_NDIM:
                 return False
-            has_data = has_data or nbytes > 0
+            min_bytes += nbytes
         else:
-            has_data = True
-    return has_data
+            min_bytes += 1
+    objects = n * _node_count(sig)
+    return min_bytes > 0 and objects <= OBJECTS_PER_BYTE * n * min_bytes + OBJECTS_FLOOR
+
+
+def _node_count(sig: _Sig) -> int:
+    """The objects one element of ``sig`` decodes to (as ``_count_nodes``)."""
+    if isinstance(sig, tuple) and sig[0] in ("T", "L", "D"):
+        return 1 + sum(_node_count(child) for child in sig[-1])
+    return 1
 
 
 def _leaf_signatures(sig: _Sig) -> Iterator[_Sig]:
@@ -458,32 +522,45 @@ def _pack_bigint(value: object) -> msgpack.ExtType:
 # --- decoding -------------------------------------------------------------------
 
 
-def _decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
+def _decode(
+    frames: Sequence[Buffer], limits: Limits
+) -> tuple[list[Any], dict[str, Any], int]:
     views = [byte_view(frame) for frame in frames]
     if not views:
         raise InvalidArgumentError("no frames: expected at least a header frame")
+    received = sum(view.nbytes for view in views)
+    if views[0].nbytes > limits.max_bytes:
+        raise InvalidArgumentError(
+            f"header of {views[0].nbytes} bytes is over the cap of {limits.max_bytes}"
+        )
     header = _unpack_header(views[0])
     n = _field(header, "n", int)
     if n < 0:
         raise InvalidArgumentError(f"header element count is negative: {n}")
     meta = _field(header, "m", dict)
-    buffers = _load_buffers(_field(header, "b", list), views[1:])
-    decoder = _Decoder(buffers)
+    table = _buffer_table(_field(header, "b", list), views[1:])
+    nbytes = views[0].nbytes + _check_sizes(table, limits)
     if ("c" in header) == ("r" in header):
         raise InvalidArgumentError('header needs exactly one of "c" and "r"')
     if "c" in header:
         # Every columnar element carries at least a byte (encode makes sure),
         # which bounds the work a forged count can cause.
-        if n > views[0].nbytes + sum(buffer.nbytes for buffer in buffers):
+        if n > nbytes:
             raise InvalidArgumentError(f"{n} elements cannot fit in these frames")
-        elements = decoder.batch(header["c"], n)
+        objects = n * _count_nodes(header["c"], 0)
     else:
         rows = _field(header, "r", list)
         if len(rows) != n:
             raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
+        objects = sum(_count_nodes(row, 0) for row in rows)
+    _check_objects(n, objects, received)
+    decoder = _Decoder(_load_buffers(table, views[1:]))
+    if "c" in header:
+        elements = decoder.batch(header["c"], n)
+    else:
         elements = [decoder.batch(row, 1)[0] for row in rows]
     decoder.check_all_used()
-    return elements, meta, views[0].nbytes + sum(buffer.nbytes for buffer in buffers)
+    return elements, meta, nbytes
 
 
 def _unpack_header(view: memoryview) -> dict[str, Any]:
@@ -525,14 +602,14 @@ def _field(container: Mapping[str, Any] | list[Any], key: Any, kind: type) -> An
     return value
 
 
-def _load_buffers(table: list[Any], views: list[memoryview]) -> list[memoryview]:
-    """The buffers of the buffer table, decompressed and size-checked."""
+def _buffer_table(table: list[Any], views: list[memoryview]) -> list[tuple[Any, int]]:
+    """The buffer table's ``(codec, nbytes)`` entries, checked for shape."""
     if len(table) != len(views):
         raise InvalidArgumentError(
             f"header lists {len(table)} buffers but {len(views)} frames follow it"
         )
-    buffers = []
-    for index, (entry, view) in enumerate(zip(table, views, strict=True)):
+    entries = []
+    for index, entry in enumerate(table):
         if type(entry) is not list or len(entry) != 2:
             raise InvalidArgumentError(f"buffer table entry {index} is malformed")
         codec, nbytes = entry
@@ -540,6 +617,57 @@ def _load_buffers(table: list[Any], views: list[memoryview]) -> list[memoryview]
             raise InvalidArgumentError(f"buffer {index} has a bad size {nbytes!r}")
         if codec is not None and type(codec) is not str:
             raise InvalidArgumentError(f"buffer {index} has a bad codec {codec!r}")
+        entries.append((codec, nbytes))
+    return entries
+
+
+def _check_sizes(table: list[tuple[Any, int]], limits: Limits) -> int:
+    """The buffers' decoded bytes, checked against ``limits``; nothing allocated."""
+    expanded = sum(nbytes for codec, nbytes in table if codec is not None)
+    if expanded > limits.max_decompressed:
+        raise InvalidArgumentError(
+            f"compressed buffers declare {expanded} bytes once decompressed,"
+            f" over the cap of {limits.max_decompressed}"
+        )
+    total = sum(nbytes for _, nbytes in table)
+    if total > limits.max_bytes:
+        raise InvalidArgumentError(
+            f"buffers declare {total} bytes, over the cap of {limits.max_bytes}"
+        )
+    return total
+
+
+def _count_nodes(spec: Any, depth: int) -> int:
+    """The SPEC's node count: the objects one element of it costs.
+
+    Malformed nodes count as leaves, for :meth:`_Decoder.batch` to reject.
+    """
+    if type(spec) is not list or len(spec) < 2 or spec[0] not in ("T", "L", "D"):
+        return 1
+    if depth >= MAX_DEPTH:
+        raise InvalidArgumentError(f"SPEC nested deeper than {MAX_DEPTH} levels")
+    children = spec[-1]
+    if type(children) is not list:
+        return 1
+    return 1 + sum(_count_nodes(child, depth + 1) for child in children)
+
+
+def _check_objects(n: int, objects: int, received: int) -> None:
+    """Refuses a message that would build more objects than its bytes allow."""
+    allowed = OBJECTS_PER_BYTE * received + OBJECTS_FLOOR
+    if objects > allowed:
+        raise InvalidArgumentError(
+            f"{n} elements of {objects} objects in all from {received} bytes"
+            f" received: over the limit of {allowed} (a forged element count?)"
+        )
+
+
+def _load_buffers(
+    table: list[tuple[Any, int]], views: list[memoryview]
+) -> list[memoryview]:
+    """The buffers of the buffer table, decompressed and size-checked."""
+    buffers = []
+    for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
         try:
             buffers.append(byte_view(decompress(codec, view, size=nbytes)))
         except InvalidArgumentError as error:
