@@ -81,5 +81,3 @@ MiB = 1 << 20
 def describe(what: str, growth: int, seconds: float) -> str:
     """A line for assertion messages and ``-s`` runs: the figures measured."""
     return f"{what}: peak RSS +{growth / MiB:.1f} MiB, {seconds:.3f} s"
-
-

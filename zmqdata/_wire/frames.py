@@ -94,7 +94,14 @@ from zmqdata._wire.codec import (
 )
 from zmqdata.errors import InvalidArgumentError
 
-__all__ = ["FORMAT_VERSION", "Limits", "decode", "decode_sized", "encode"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Limits",
+    "decode",
+    "decode_messages",
+    "decode_sized",
+    "encode",
+]
 
 FORMAT_VERSION: Final = 1
 INLINE_MAX: Final = 64 * 1024
@@ -277,6 +284,46 @@ def decode_sized(
         raise InvalidArgumentError(
             f"malformed frames: {type(error).__name__}: {error}"
         ) from error
+
+
+def decode_messages(
+    frames: Sequence[Buffer], sizes: Sequence[int], count: int
+) -> tuple[list[Any], int]:
+    """Decodes several messages sent back to back, as a peer says it sent them.
+
+    Args:
+        frames: Every message's frames, one message after the other.
+        sizes: The frame count of each message (a peer's claim, checked).
+        count: The total element count the peer claims (checked).
+
+    Returns:
+        The elements of all messages, and the bytes they hold (as
+        :func:`decode_sized`).
+
+    Raises:
+        InvalidArgumentError: ``sizes`` does not add up to the frames given,
+            the messages hold other than ``count`` elements, or one of them is
+            malformed or over :class:`Limits`.
+
+    >>> frames = [*encode([1, 2]), *encode([3])]
+    >>> decode_messages(frames, [1, 1], 3)[0]
+    [1, 2, 3]
+    """
+    if not all(type(n) is int and n > 0 for n in sizes) or sum(sizes) != len(frames):
+        raise InvalidArgumentError(
+            f"messages of {_short(sizes)} frames claimed, {len(frames)} frames given"
+        )
+    elements: list[Any] = []
+    nbytes, start = 0, 0
+    for size in sizes:
+        decoded, _, held = decode_sized(frames[start : start + size])
+        elements.extend(decoded)
+        nbytes, start = nbytes + held, start + size
+    if len(elements) != count:
+        raise InvalidArgumentError(
+            f"{count} elements claimed, the messages hold {len(elements)}"
+        )
+    return elements, nbytes
 
 
 # --- encoding -------------------------------------------------------------------
