@@ -1,0 +1,222 @@
+"""Memory and time under hostile or careless peers: bombs, floods, big registrations.
+
+Every size a peer claims is checked against what it sent and against the
+configured maxima before anything is allocated. Each test measures the growth
+of this process's peak RSS (the servers run in it) and the time the server
+took, and asserts a bound; ``pytest -s`` prints the figures.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import threading
+import time
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+import zmqdata as zd
+from tests.bombs import MiB, count_bomb_frames, describe, measure, zstd_bomb_frames
+from tests.service.test_hostile import answer, exactly_once, status_round_trip
+from zmqdata import service
+from zmqdata._dataset import graph
+from zmqdata._wire import messages as m
+from zmqdata.errors import InvalidArgumentError
+
+GROWTH_BOUND = 64 * MiB
+STALL_BOUND_S = 0.5
+
+
+def constant_pipeline(frames: list[bytes]) -> bytes:
+    """A ``from_tensors`` pipeline whose constant is the given frames message."""
+    tensors = msgpack.ExtType(1, msgpack.packb(frames))
+    root = {"op": "from_tensors", "args": {"tensors": tensors}, "inputs": []}
+    data: bytes = msgpack.packb({"v": graph.GRAPH_VERSION, "root": root})
+    return data
+
+
+def register(sock: zmq.Socket[Any], pipeline: bytes) -> tuple[m.Message, int, float]:
+    """Registers ``pipeline`` from a raw socket: the reply, RSS growth, seconds."""
+    request = m.encode(m.GetOrRegisterDataset(request_id=11, pipeline=pipeline))
+    return measure(lambda: (sock.send(request), answer(sock))[1])
+
+
+# ------------------------------------------------------------------ dispatcher
+
+
+@pytest.mark.parametrize(
+    ("bomb", "match"),
+    [
+        (lambda: zstd_bomb_frames(1 << 31), "declare 2147483648 bytes"),
+        (lambda: count_bomb_frames(20_000_000), "declare 20000000 bytes"),
+    ],
+    ids=["zstd-2GiB-in-65KiB", "count-20M-in-1KiB"],
+)
+def test_dispatcher_refuses_bombs_in_constants_at_once(cluster, sockets, bomb, match):
+    c = cluster(num_workers=1)
+    sock = sockets(c.target)
+    pipeline = constant_pipeline(bomb())
+    reply, growth, seconds = register(sock, pipeline)
+    figures = describe(f"dispatcher, {len(pipeline)} B bomb", growth, seconds)
+    print(figures)
+    assert isinstance(reply, m.Error), reply
+    assert reply.code == "INVALID_ARGUMENT"
+    assert re.search(match, reply.message), reply.message
+    assert growth < GROWTH_BOUND, figures
+    assert seconds < STALL_BOUND_S, figures
+    assert not c.dispatcher._loop.state.datasets
+    exactly_once(c.target)
+
+
+def test_a_pipeline_over_the_cap_is_refused_naming_size_and_cap(cluster, sockets):
+    c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1 * MiB})
+    ds = zd.Dataset.from_tensor_slices(np.zeros(2 * MiB, np.uint8))
+    with pytest.raises(InvalidArgumentError) as raised:
+        service.register_dataset(c.target, ds)
+    text = str(raised.value)
+    size = len(graph.serialize(ds._node))
+    assert f"{size} bytes" in text
+    assert f"cap of {MiB}" in text
+    assert "max_pipeline_bytes" in text
+    assert "files" in text
+    small = zd.Dataset.from_tensor_slices(np.arange(1000))
+    assert service.register_dataset(c.target, small)
+    exactly_once(c.target)
+
+
+def test_a_registration_at_the_cap_stalls_the_loop_briefly(cluster, sockets):
+    """The default cap (64 MiB): register just under it while a peer waits."""
+    c = cluster(num_workers=1)
+    cap = service.DispatcherConfig().max_pipeline_bytes
+    ds = zd.Dataset.from_tensor_slices(np.ones(cap - MiB, np.uint8))
+    pipeline = graph.serialize(ds._node)
+    assert cap - 2 * MiB < len(pipeline) <= cap
+    reply, growth, seconds = register(sockets(c.target), pipeline)
+    figures = describe(f"registration of {len(pipeline)} B", growth, seconds)
+    print(figures)
+    assert isinstance(reply, m.GetOrRegisterDatasetReply), reply
+    assert seconds < STALL_BOUND_S, figures
+    other = sockets(c.target)
+    start = time.perf_counter()
+    status_round_trip(other, 12)
+    info = m.GetDatasetInfo(request_id=13, dataset_id=reply.dataset_id)
+    other.send(m.encode(info))
+    assert isinstance(answer(other), m.GetDatasetInfoReply)
+    after = time.perf_counter() - start
+    assert after < STALL_BOUND_S, f"requests after it took {after:.3f} s"
+
+
+# ------------------------------------------------------------------ trainer
+
+
+def fake_worker(c: Any, sockets: Any) -> zmq.Socket[Any]:
+    """Registers a raw ROUTER on 127.0.0.1 as a worker; returns its data socket."""
+    data = zmq.Context.instance().socket(zmq.ROUTER)
+    data.setsockopt(zmq.LINGER, 0)
+    port = data.bind_to_random_port("tcp://127.0.0.1")
+    control = sockets(c.target)
+    control.send(
+        m.encode(
+            m.RegisterWorker(
+                request_id=1,
+                worker_address=f"127.0.0.1:{port}",
+                data_address=f"tcp://127.0.0.1:{port}",
+            )
+        )
+    )
+    assert isinstance(answer(control), m.RegisterWorkerReply)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("bomb", "match"),
+    [
+        (lambda: count_bomb_frames(20_000_000), "forged element count|cap of"),
+        (lambda: zstd_bomb_frames(1 << 30), "declare 1073741824 bytes .* cap of"),
+    ],
+    ids=["count-20M-in-0.7KiB", "element-1GiB-in-33KiB"],
+)
+def test_a_fake_worker_cannot_make_a_trainer_allocate(cluster, sockets, bomb, match):
+    c = cluster(num_workers=0, worker_timeout_ms=60_000)
+    data = fake_worker(c, sockets)
+    frames = bomb()
+    ds = zd.Dataset.range(10).apply(service.distribute("parallel_epochs", c.target))
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        reading = pool.submit(lambda: next(iter(ds)))
+        assert data.poll(5_000), "the trainer never asked the fake worker"
+        peer, payload = data.recv_multipart()
+        request = m.decode(payload)
+        assert isinstance(request, m.GetElements)
+        header = m.Elements(
+            request_id=request.request_id,
+            task_id=request.task_id,
+            count=20_000_000,
+            parts=[len(frames)],
+        )
+
+        def bombed() -> None:
+            data.send_multipart([peer, m.encode(header), *frames])
+            with pytest.raises(InvalidArgumentError, match=match):
+                reading.result(timeout=5)
+
+        _, growth, seconds = measure(bombed)
+    finally:
+        pool.shutdown()
+        data.close(linger=0)
+    figures = describe(f"trainer, {sum(map(len, frames))} B reply", growth, seconds)
+    print(figures)
+    assert growth < GROWTH_BOUND, figures
+    assert seconds < STALL_BOUND_S + 0.5, figures
+
+
+# ------------------------------------------------------------------ worker
+
+
+def slowly(x: Any) -> Any:
+    """About 200 elements a second: the producer, not the readers, is the limit."""
+    threading.Event().wait(0.005)
+    return x
+
+
+def test_one_peer_cannot_park_a_flood_nor_starve_the_real_reader(cluster, sockets):
+    c = cluster(num_workers=1)
+    ds = zd.Dataset.range(10**6).map(slowly)
+    ds = ds.apply(service.distribute("parallel_epochs", c.target))
+    flood, wanted = 10_000, 100
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    with iter(ds) as reader:
+        next(reader)
+        (runner,) = c.workers[0]._runners.snapshot()
+        attacker = sockets(c.workers[0].address)
+        for i in range(flood):
+            request = m.GetElements(
+                request_id=i, task_id=runner.task_id, client_id=1, max_elements=1
+            )
+            attacker.send(m.encode(request))
+        try:
+            reading = pool.submit(lambda: [next(reader) for _ in range(wanted)])
+            replies: list[m.Message] = []
+            while not reading.done() or attacker.poll(200):
+                if attacker.poll(50):
+                    replies.append(m.decode(attacker.recv_multipart()[0]))
+            assert len(reading.result(timeout=10)) == wanted
+        finally:
+            pool.shutdown()
+    errors = [r for r in replies if isinstance(r, m.Error)]
+    answered = [r for r in replies if isinstance(r, m.Elements)]
+    print(
+        f"flood of {flood}: {len(errors)} refused, {len(answered)} answered with "
+        f"{sum(r.count for r in answered)} elements while the reader read {wanted}"
+    )
+    assert {e.code for e in errors} == {"FAILED_PRECONDITION"}, errors[:1]
+    assert "already has 8 requests waiting" in errors[0].message
+    # All but the 8 parked at a time were refused at once.
+    assert len(errors) + len(answered) >= flood - 8
+    # Served round-robin: the attacker got about as many as the reader, no more.
+    assert sum(r.count for r in answered) <= wanted + 16
+    exactly_once(c.target)
