@@ -21,10 +21,12 @@ import zmq
 
 import zmqdata as zd
 from tests.bombs import MiB, count_bomb_frames, describe, measure, zstd_bomb_frames
+from tests.helpers import poll_for
 from tests.service.test_hostile import answer, exactly_once, status_round_trip
 from zmqdata import service
 from zmqdata._dataset import graph
 from zmqdata._wire import messages as m
+from zmqdata._worker.task import BUFFER_BYTES
 from zmqdata.errors import InvalidArgumentError
 
 GROWTH_BOUND = 64 * MiB
@@ -220,3 +222,31 @@ def test_one_peer_cannot_park_a_flood_nor_starve_the_real_reader(cluster, socket
     # Served round-robin: the attacker got about as many as the reader, no more.
     assert sum(r.count for r in answered) <= wanted + 16
     exactly_once(c.target)
+
+
+def quarter_views(i: Any) -> Any:
+    """A 64 KiB view of a fresh 256 KiB array: it pins all 256 KiB."""
+    return np.full(256 * 1024, int(i) % 251, np.uint8)[: 64 * 1024]
+
+
+def test_a_full_task_buffer_retains_its_bound_not_the_views_bases(cluster):
+    c = cluster(num_workers=1)
+    ds = zd.Dataset.range(10**6).map(quarter_views)
+    ds = ds.apply(
+        service.distribute("parallel_epochs", c.target, max_outstanding_requests=1)
+    )
+
+    def fill() -> tuple[int, int]:
+        with iter(ds) as reader:
+            first = next(reader)
+            (runner,) = c.workers[0]._runners.snapshot()
+            full = BUFFER_BYTES - 2 * first.nbytes
+            return poll_for(  # type: ignore[no-any-return]
+                lambda: runner.buffered()[1] >= full and runner.buffered(), timeout=20
+            )
+
+    (items, nbytes), growth, seconds = measure(fill)
+    figures = describe(f"task buffer of {items} x 64 KiB views", growth, seconds)
+    print(figures)
+    assert nbytes <= BUFFER_BYTES
+    assert growth < BUFFER_BYTES + 32 * MiB, figures
