@@ -129,3 +129,4 @@ def test_loading_without_functions_keeps_them_opaque():
 def test_malformed_pipelines_raise_invalid_argument(data):
     with pytest.raises(InvalidArgumentError):
         graph.deserialize(data)
+

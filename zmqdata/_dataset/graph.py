@@ -41,6 +41,8 @@ from zmqdata._wire import frames
 from zmqdata.errors import InvalidArgumentError
 
 GRAPH_VERSION = 1
+MAX_DEPTH = 200
+"""The longest chain of ops a pipeline may have (deeper ones are refused)."""
 _EXT_CONSTANT = 1
 _EXT_FUNCTION = 2
 
@@ -138,9 +140,11 @@ def _decode_constant(payload: bytes) -> Constant:
     return Constant(elements[0])
 
 
-def _decode_node(tree: Any) -> Node:
+def _decode_node(tree: Any, depth: int = 0) -> Node:
     from zmqdata._dataset.ops import OPS
 
+    if depth >= MAX_DEPTH:
+        raise InvalidArgumentError(f"pipeline nested deeper than {MAX_DEPTH} ops")
     if not isinstance(tree, dict) or not isinstance(tree.get("args"), dict):
         raise InvalidArgumentError(f"malformed pipeline node: {tree!r:.100}")
     if tree.get("op") not in OPS:
@@ -149,5 +153,7 @@ def _decode_node(tree: Any) -> Node:
     if not isinstance(inputs, list):
         raise InvalidArgumentError(f"malformed inputs of op {tree['op']!r}")
     return Node(
-        tree["op"], tree["args"], tuple(_decode_node(child) for child in inputs)
+        tree["op"],
+        tree["args"],
+        tuple(_decode_node(child, depth + 1) for child in inputs),
     )
