@@ -129,4 +129,3 @@ def test_loading_without_functions_keeps_them_opaque():
 def test_malformed_pipelines_raise_invalid_argument(data):
     with pytest.raises(InvalidArgumentError):
         graph.deserialize(data)
-

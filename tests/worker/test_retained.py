@@ -45,7 +45,8 @@ def test_structures_keep_their_shape_when_leaves_are_copied() -> None:
     element, size = compact({"x": (base[:4], 7, "label"), "y": [base[4:8]]})
     assert list(element) == ["x", "y"]
     assert element["x"][1:] == (7, "label")
-    assert element["x"][0].base is None and element["y"][0].base is None
+    assert element["x"][0].base is None
+    assert element["y"][0].base is None
     assert size == 32 + sys.getsizeof(7) + sys.getsizeof("label")
 
 
@@ -53,6 +54,7 @@ def test_arrays_over_foreign_memory_count_that_memory() -> None:
     data = bytes(64 * KiB)
     small = np.frombuffer(data, np.uint8)[:100]
     element, size = compact(small)
-    assert element.base is None and size == 100
+    assert element.base is None
+    assert size == 100
     whole = np.frombuffer(data, np.uint8)
     assert compact(whole)[1] == 64 * KiB
