@@ -50,12 +50,13 @@ def compact(element: Any) -> tuple[Any, int]:
 
 def _owner(array: np.ndarray[Any, Any]) -> tuple[object, int]:
     """The object holding ``array``'s memory, and its size in bytes."""
-    owner: np.ndarray[Any, Any] = array
-    while isinstance(owner.base, np.ndarray):
-        owner = owner.base
-    if owner.base is None:
+    owner = array
+    base: Any = array.base
+    while isinstance(base, np.ndarray):
+        owner, base = base, base.base
+    if base is None:
         return owner, owner.nbytes
     try:
-        return owner.base, memoryview(owner.base).nbytes  # type: ignore[arg-type]
+        return base, memoryview(base).nbytes
     except TypeError:  # a base without the buffer protocol: count the array
         return owner, owner.nbytes
