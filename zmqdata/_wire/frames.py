@@ -366,7 +366,7 @@ class _Encoder:
         received than ``OBJECTS_PER_BYTE``, as it cannot tell such a message
         from a forged element count.
         """
-        if n * _node_count(sig) > OBJECTS_FLOOR:
+        if n > 1 and n * _node_count(sig) > OBJECTS_FLOOR:
             self._level = None
         return self._spec(sig, columns, n)
 
@@ -539,8 +539,11 @@ def _columnar(sig: _Sig, n: int) -> bool:
             min_bytes += nbytes
         else:
             min_bytes += 1
-    objects = n * _node_count(sig)
-    return min_bytes > 0 and objects <= OBJECTS_PER_BYTE * n * min_bytes + OBJECTS_FLOOR
+    if min_bytes == 0:
+        return False
+    return n <= 1 or n * _node_count(sig) <= (
+        OBJECTS_PER_BYTE * n * min_bytes + OBJECTS_FLOOR
+    )
 
 
 def _node_count(sig: _Sig) -> int:
@@ -575,33 +578,35 @@ def _decode(
     views = [byte_view(frame) for frame in frames]
     if not views:
         raise InvalidArgumentError("no frames: expected at least a header frame")
-    received = sum(view.nbytes for view in views)
-    if views[0].nbytes > limits.max_bytes:
+    head, rest = views[0].nbytes, views[1:]
+    if head > limits.max_bytes:
         raise InvalidArgumentError(
-            f"header of {views[0].nbytes} bytes is over the cap of {limits.max_bytes}"
+            f"header of {head} bytes is over the cap of {limits.max_bytes}"
         )
     header = _unpack_header(views[0])
     n = _field(header, "n", int)
     if n < 0:
         raise InvalidArgumentError(f"header element count is negative: {n}")
     meta = _field(header, "m", dict)
-    table = _buffer_table(_field(header, "b", list), views[1:])
-    nbytes = views[0].nbytes + _check_sizes(table, limits)
+    table = _buffer_table(_field(header, "b", list), rest)
+    nbytes = head + _check_sizes(table, limits) if table else head
     if ("c" in header) == ("r" in header):
         raise InvalidArgumentError('header needs exactly one of "c" and "r"')
     if "c" in header:
         # Every columnar element carries at least a byte (encode makes sure),
-        # which bounds the work a forged count can cause.
+        # which bounds the work a forged count can cause...
         if n > nbytes:
             raise InvalidArgumentError(f"{n} elements cannot fit in these frames")
-        objects = n * _count_nodes(header["c"], 0)
+        # ... and the objects they make are bounded by the bytes received. (A
+        # row's SPEC nodes take 3 header bytes or more each: rows need no check.)
+        if n > 1:
+            received = head + sum(view.nbytes for view in rest)
+            _check_objects(n, n * _count_nodes(header["c"], 0), received)
     else:
         rows = _field(header, "r", list)
         if len(rows) != n:
             raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
-        objects = sum(_count_nodes(row, 0) for row in rows)
-    _check_objects(n, objects, received)
-    decoder = _Decoder(_load_buffers(table, views[1:]))
+    decoder = _Decoder(_load_buffers(table, rest))
     if "c" in header:
         elements = decoder.batch(header["c"], n)
     else:
