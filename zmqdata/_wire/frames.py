@@ -588,8 +588,8 @@ def _decode(
     if n < 0:
         raise InvalidArgumentError(f"header element count is negative: {n}")
     meta = _field(header, "m", dict)
-    table = _buffer_table(_field(header, "b", list), rest)
-    nbytes = head + _check_sizes(table, limits) if table else head
+    table = _field(header, "b", list)
+    nbytes = head + _buffer_table(table, rest, limits.max_bytes - head, limits)
     if ("c" in header) == ("r" in header):
         raise InvalidArgumentError('header needs exactly one of "c" and "r"')
     if "c" in header:
@@ -654,37 +654,48 @@ def _field(container: Mapping[str, Any] | list[Any], key: Any, kind: type) -> An
     return value
 
 
-def _buffer_table(table: list[Any], views: list[memoryview]) -> list[tuple[Any, int]]:
-    """The buffer table's ``(codec, nbytes)`` entries, checked for shape."""
+def _buffer_table(
+    table: list[Any], views: list[memoryview], room: int, limits: Limits
+) -> int:
+    """Checks the buffer table's entries, and their sizes against ``limits``.
+
+    Nothing is allocated: the sizes are the header's claims (checked against
+    the frames when they are decoded).
+
+    Args:
+        table: The header's ``[[codec, nbytes], ...]``.
+        views: The buffer frames.
+        room: The bytes ``limits.max_bytes`` leaves for the buffers.
+        limits: The caps.
+
+    Returns:
+        The bytes the buffers will hold once decompressed.
+    """
     if len(table) != len(views):
         raise InvalidArgumentError(
             f"header lists {len(table)} buffers but {len(views)} frames follow it"
         )
-    entries = []
+    total = expanded = 0
     for index, entry in enumerate(table):
         if type(entry) is not list or len(entry) != 2:
             raise InvalidArgumentError(f"buffer table entry {index} is malformed")
         codec, nbytes = entry
         if type(nbytes) is not int or nbytes < 0:
             raise InvalidArgumentError(f"buffer {index} has a bad size {nbytes!r}")
-        if codec is not None and type(codec) is not str:
-            raise InvalidArgumentError(f"buffer {index} has a bad codec {codec!r}")
-        entries.append((codec, nbytes))
-    return entries
-
-
-def _check_sizes(table: list[tuple[Any, int]], limits: Limits) -> int:
-    """The buffers' decoded bytes, checked against ``limits``; nothing allocated."""
-    expanded = sum(nbytes for codec, nbytes in table if codec is not None)
+        if codec is not None:
+            if type(codec) is not str:
+                raise InvalidArgumentError(f"buffer {index} has a bad codec {codec!r}")
+            expanded += nbytes
+        total += nbytes
     if expanded > limits.max_decompressed:
         raise InvalidArgumentError(
             f"compressed buffers declare {expanded} bytes once decompressed,"
             f" over the cap of {limits.max_decompressed}"
         )
-    total = sum(nbytes for _, nbytes in table)
-    if total > limits.max_bytes:
+    if total > room:
         raise InvalidArgumentError(
             f"buffers declare {total} bytes, over the cap of {limits.max_bytes}"
+            " with the header"
         )
     return total
 
@@ -714,9 +725,7 @@ def _check_objects(n: int, objects: int, received: int) -> None:
         )
 
 
-def _load_buffers(
-    table: list[tuple[Any, int]], views: list[memoryview]
-) -> list[memoryview]:
+def _load_buffers(table: list[Any], views: list[memoryview]) -> list[memoryview]:
     """The buffers of the buffer table, decompressed and size-checked."""
     buffers = []
     for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
