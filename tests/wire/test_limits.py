@@ -109,11 +109,11 @@ def test_big_legitimate_batches_still_round_trip() -> None:
 
 
 def test_batches_of_many_objects_per_byte_travel_as_rows() -> None:
-    element = {f"k{i}": np.zeros(0, np.float32) for i in range(9)} | {"b": True}
-    frames = encode([element] * 10_000)
+    element = {f"k{i}": np.zeros(0, np.float32) for i in range(40)} | {"b": True}
+    frames = encode([element] * 2_000)
     assert "r" in msgpack.unpackb(frames[0])
     got, _ = decode(frames)
-    assert len(got) == 10_000
+    assert len(got) == 2_000
     assert list(got[-1]) == list(element)
 
 
