@@ -29,6 +29,7 @@ from zmqdata._wire.frames import (
     decode_sized,
     encode,
 )
+from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import InvalidArgumentError
 
 GROWTH_BOUND = 64 * MiB
@@ -135,3 +136,11 @@ def test_decode_messages_checks_the_peer_claims(
     with pytest.raises(InvalidArgumentError, match=match):
         decode_messages(frames, sizes, count)
     assert decode_messages(frames, [1, 1, 1], 3)[0] == [1, 2, 3]
+
+
+def test_an_element_spec_must_be_one_value_of_its_own_bytes() -> None:
+    with pytest.raises(InvalidArgumentError, match="holds 2 values, not 1"):
+        decode_spec(bytes(encode([1, 2])[0]))
+    with pytest.raises(InvalidArgumentError, match="1 buffers but 0 frames"):
+        decode_spec(bytes(encode([np.zeros(1 << 17, np.uint8)])[0]))
+    assert decode_spec(encode_spec(None)) is None
