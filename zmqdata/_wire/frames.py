@@ -606,7 +606,7 @@ def _decode(
         rows = _field(header, "r", list)
         if len(rows) != n:
             raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
-    decoder = _Decoder(_load_buffers(table, rest))
+    decoder = _Decoder(_load_buffers(table, rest, limits))
     if "c" in header:
         elements = decoder.batch(header["c"], n)
     else:
@@ -725,12 +725,17 @@ def _check_objects(n: int, objects: int, received: int) -> None:
         )
 
 
-def _load_buffers(table: list[Any], views: list[memoryview]) -> list[memoryview]:
+def _load_buffers(
+    table: list[Any], views: list[memoryview], limits: Limits
+) -> list[memoryview]:
     """The buffers of the buffer table, decompressed and size-checked."""
     buffers = []
+    cap = limits.max_decompressed
     for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
         try:
-            buffers.append(byte_view(decompress(codec, view, size=nbytes)))
+            buffers.append(
+                byte_view(decompress(codec, view, size=nbytes, max_size=cap))
+            )
         except InvalidArgumentError as error:
             raise InvalidArgumentError(f"buffer {index}: {error}") from None
     return buffers
