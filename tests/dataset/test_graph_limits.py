@@ -26,7 +26,7 @@ def test_pipelines_deeper_than_the_limit_are_refused_before_recursing():
 
 def test_constants_cannot_expand_past_their_bytes():
     data = graph.serialize(zd.Dataset.from_tensors(np.arange(10))._node)
-    node = graph.deserialize(data, load_functions=False)
+    node = graph.deserialize(data)
     np.testing.assert_array_equal(node.args["tensors"].value, np.arange(10))
     frames = [
         msgpack.packb({"v": 1, "n": 2, "m": {}, "r": [["v", "int", [1]]] * 2, "b": []})
@@ -39,3 +39,15 @@ def test_constants_cannot_expand_past_their_bytes():
     root["args"] = {"tensors": tensors}
     with pytest.raises(InvalidArgumentError, match="not frames"):
         graph.deserialize(msgpack.packb({"v": 1, "root": root}))
+
+
+def test_loading_the_structure_leaves_constants_packed():
+    ds = zd.Dataset.from_tensor_slices(np.arange(10)).map(lambda x: x)
+    data = graph.serialize(ds._node)
+    node = graph.deserialize(data, load_functions=False)
+    packed = node.inputs[0].args["tensors"]
+    assert isinstance(packed, graph.PackedConstant)
+    with pytest.raises(InvalidArgumentError, match="without its data"):
+        packed.value  # noqa: B018
+    assert zd.Dataset(node).cardinality() == 10
+    assert graph.serialize(node) == data

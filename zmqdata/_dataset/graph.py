@@ -11,12 +11,13 @@ values are msgpack natives. Two extension types carry the rest:
 
 Constant data is decoded with the frames codec's limits set to the bytes that
 carried it: a constant never holds more memory than its share of the pipeline
-bytes, so a compressed or forged constant cannot expand at a dispatcher or a
-worker.
+bytes, so a compressed or forged constant cannot expand at a worker.
 
 This is the only module that pickles. ``deserialize(..., load_functions=False)``
-leaves functions as opaque ``PickledFunction`` bytes, so a dispatcher can read a
-pipeline's sources (to make splits) without running anyone's code.
+leaves functions as opaque ``PickledFunction`` bytes and constant data as
+``PackedConstant`` bytes, so a dispatcher can read a pipeline's structure (its
+sources and their sizes, to make splits) without running anyone's code or
+decoding anyone's data.
 
 >>> import zmqdata as zd
 >>> ds = zd.Dataset.range(5).map(lambda x: x + 1)
@@ -57,7 +58,21 @@ class PickledFunction:
         raise InvalidArgumentError("this pipeline was loaded without its functions")
 
 
+@dataclass(frozen=True, slots=True)
+class PackedConstant:
+    """Constant data not yet decoded (``load_functions=False``): its packed frames."""
+
+    payload: bytes
+
+    @property
+    def value(self) -> Any:
+        """Refuses: the data was not loaded."""
+        raise InvalidArgumentError("this pipeline was loaded without its data")
+
+
 def _encode_value(value: Any) -> Any:
+    if isinstance(value, PackedConstant):
+        return msgpack.ExtType(_EXT_CONSTANT, value.payload)
     if isinstance(value, Constant):
         parts = [
             bytes(memoryview(part).cast("B")) for part in frames.encode([value.value])
@@ -97,13 +112,20 @@ def fingerprint(data: bytes) -> str:
 def deserialize(data: bytes, *, load_functions: bool = True) -> Node:
     """Rebuilds a pipeline from ``serialize`` output.
 
-    Raises ``InvalidArgumentError`` for malformed bytes, an unknown op, or a
-    function that fails to unpickle (e.g. a module missing on this host).
+    ``load_functions=False`` loads the structure only: functions stay
+    ``PickledFunction`` bytes and constant data ``PackedConstant`` bytes.
+
+    Raises ``InvalidArgumentError`` for malformed bytes, an unknown op, a
+    pipeline deeper than ``MAX_DEPTH``, a constant that is not one value
+    within its own bytes, or a function that fails to unpickle (e.g. a module
+    missing on this host).
     """
 
     def ext_hook(code: int, payload: bytes) -> Any:
         if code == _EXT_CONSTANT:
-            return _decode_constant(payload)
+            return (
+                _decode_constant(payload) if load_functions else PackedConstant(payload)
+            )
         if code == _EXT_FUNCTION:
             return (
                 cloudpickle.loads(payload)
