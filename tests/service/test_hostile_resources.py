@@ -25,6 +25,7 @@ from tests.service.test_hostile import answer, exactly_once, status_round_trip
 from zmqdata import service
 from zmqdata._dataset import graph
 from zmqdata._dispatcher.state import DispatcherState
+from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages as m
 from zmqdata._worker.task import BUFFER_BYTES
 from zmqdata.errors import InvalidArgumentError
@@ -80,6 +81,24 @@ def test_bombs_in_constants_cost_the_dispatcher_and_workers_nothing(
     figures = describe(f"worker and trainer, {len(pipeline)} B bomb", growth, seconds)
     print(figures)
     assert growth < GROWTH_BOUND, figures
+    exactly_once(c.target)
+
+
+@pytest.mark.parametrize("role", ["dispatcher", "worker"])
+def test_a_message_of_a_million_empty_maps_costs_little(cluster, sockets, role):
+    """1 MB of msgpack would unpack to 70 MB of dicts: refused after 2**18 values."""
+    c = cluster(num_workers=1)
+    endpoint = c.target if role == "dispatcher" else c.workers[0].address
+    sock = sockets(endpoint)
+    body = {"v": PROTOCOL_VERSION, "t": "get_status", "x": [[{}] * 1000] * 1000}
+    data = msgpack.packb(body)
+    reply, growth, seconds = measure(lambda: (sock.send(data), answer(sock))[1])
+    figures = describe(f"{role}, {len(data)} B of empty maps", growth, seconds)
+    print(figures)
+    assert isinstance(reply, m.Error), reply
+    assert "values" in reply.message
+    assert growth < 16 * MiB, figures
+    status_round_trip(sockets(c.target), 14)
     exactly_once(c.target)
 
 

@@ -20,6 +20,8 @@ from tests.bombs import (
     zstd_bomb,
     zstd_bomb_frames,
 )
+from zmqdata._version import PROTOCOL_VERSION
+from zmqdata._wire import messages
 from zmqdata._wire.codec import decompress
 from zmqdata._wire.frames import (
     DEFAULT_LIMITS,
@@ -144,3 +146,36 @@ def test_an_element_spec_must_be_one_value_of_its_own_bytes() -> None:
     with pytest.raises(InvalidArgumentError, match="1 buffers but 0 frames"):
         decode_spec(bytes(encode([np.zeros(1 << 17, np.uint8)])[0]))
     assert decode_spec(encode_spec(None)) is None
+
+
+CONTROL_BOMBS = {
+    "2M empty maps": [{}] * 2_000_000,
+    "1M empty lists": [[]] * 1_000_000,
+    "2M short strings": ["ab"] * 2_000_000,
+    "many lists of 100k": [[None] * 100_000] * 30,
+    "1000 lists of 1000 empty maps": [[{}] * 1000] * 1000,
+}
+
+
+@pytest.mark.parametrize("payload", CONTROL_BOMBS.values(), ids=list(CONTROL_BOMBS))
+def test_control_messages_of_too_many_values_are_refused(payload: Any) -> None:
+    data = msgpack.packb({"v": PROTOCOL_VERSION, "t": "get_status", "x": payload})
+
+    def attempt() -> None:
+        with pytest.raises(InvalidArgumentError, match=r"values|max_array_len"):
+            messages.decode(data)
+
+    _, growth, seconds = measure(attempt)
+    figures = describe(f"control message of {len(data)} B", growth, seconds)
+    print(figures)
+    assert growth < GROWTH_BOUND, figures
+
+
+def test_big_legitimate_control_messages_decode() -> None:
+    jobs = [
+        {"job_id": i, "dataset_id": str(i), "finished": False} for i in range(50_000)
+    ]
+    reply = messages.GetStatusReply(request_id=1, status={"jobs": jobs})
+    assert messages.decode(messages.encode(reply)) == reply
+    pipeline = messages.GetOrRegisterDataset(pipeline=bytes(10 << 20))
+    assert messages.decode(messages.encode(pipeline)) == pipeline
