@@ -21,7 +21,12 @@ import zmq
 import zmqdata as zd
 from tests.bombs import MiB, count_bomb_frames, describe, measure, zstd_bomb_frames
 from tests.helpers import poll_for
-from tests.service.test_hostile import answer, exactly_once, status_round_trip
+from tests.service.test_hostile import (
+    answer,
+    endpoint_of,
+    exactly_once,
+    status_round_trip,
+)
 from zmqdata import service
 from zmqdata._dataset import graph
 from zmqdata._dispatcher.state import DispatcherState
@@ -88,8 +93,7 @@ def test_bombs_in_constants_cost_the_dispatcher_and_workers_nothing(
 def test_a_message_of_a_million_empty_maps_costs_little(cluster, sockets, role):
     """1 MB of msgpack would unpack to 70 MB of dicts: refused after 2**18 values."""
     c = cluster(num_workers=1)
-    endpoint = c.target if role == "dispatcher" else c.workers[0].address
-    sock = sockets(endpoint)
+    sock = sockets(endpoint_of(c, role))
     body = {"v": PROTOCOL_VERSION, "t": "get_status", "x": [[{}] * 1000] * 1000}
     data = msgpack.packb(body)
     reply, growth, seconds = measure(lambda: (sock.send(data), answer(sock))[1])
