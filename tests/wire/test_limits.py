@@ -179,3 +179,18 @@ def test_big_legitimate_control_messages_decode() -> None:
     assert messages.decode(messages.encode(reply)) == reply
     pipeline = messages.GetOrRegisterDataset(pipeline=bytes(10 << 20))
     assert messages.decode(messages.encode(pipeline)) == pipeline
+
+
+def test_messages_of_one_reply_share_the_limits() -> None:
+    """Each message under the cap, together over it: refused at the third."""
+    bomb = zstd_bomb_frames(16 * MiB)
+    limits = Limits(max_decompressed=40 * MiB)
+
+    def attempt() -> None:
+        with pytest.raises(InvalidArgumentError, match=r"message 2 of 5: .* cap of"):
+            decode_messages(bomb * 5, [2] * 5, 5, limits)
+
+    _, growth, seconds = measure(attempt)
+    print(describe("5 x 16 MiB bombs in one reply", growth, seconds))
+    assert growth < 48 * MiB
+    assert len(decode_messages(bomb * 2, [2, 2], 2, limits)[0]) == 2

@@ -287,7 +287,10 @@ def decode_sized(
 
 
 def decode_messages(
-    frames: Sequence[Buffer], sizes: Sequence[int], count: int
+    frames: Sequence[Buffer],
+    sizes: Sequence[int],
+    count: int,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> tuple[list[Any], int]:
     """Decodes several messages sent back to back, as a peer says it sent them.
 
@@ -295,6 +298,7 @@ def decode_messages(
         frames: Every message's frames, one message after the other.
         sizes: The frame count of each message (a peer's claim, checked).
         count: The total element count the peer claims (checked).
+        limits: What all the messages together may hold.
 
     Returns:
         The elements of all messages, and the bytes they hold (as
@@ -315,9 +319,20 @@ def decode_messages(
         )
     elements: list[Any] = []
     nbytes, start = 0, 0
-    for size in sizes:
-        decoded, _, held = decode_sized(frames[start : start + size])
+    for index, size in enumerate(sizes):
+        group = frames[start : start + size]
+        try:
+            decoded, _, held = decode_sized(group, limits)
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(
+                f"message {index} of {len(sizes)}: {error}"
+            ) from None
         elements.extend(decoded)
+        expanded = held - sum(byte_view(frame).nbytes for frame in group)
+        limits = Limits(  # what the messages left may still hold
+            max_bytes=max(0, limits.max_bytes - held),
+            max_decompressed=max(0, limits.max_decompressed - max(0, expanded)),
+        )
         nbytes, start = nbytes + held, start + size
     if len(elements) != count:
         raise InvalidArgumentError(
