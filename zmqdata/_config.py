@@ -109,6 +109,9 @@ class DispatcherConfig:
         client_timeout_ms: Silence after which a consumer counts as gone.
         gc_dynamic_sharding_jobs: Also collect DYNAMIC jobs (off: it breaks
             their visitation guarantee).
+        max_pipeline_bytes: The largest dataset registration (pipeline and
+            element spec bytes) accepted; data embedded in a pipeline beyond
+            that should be read from files instead.
         metrics_port: Serve Prometheus metrics over HTTP on this port (on
             ``host`` for tcp, else 127.0.0.1); 0 picks a free one (see
             ``DispatchServer.metrics_address``); ``None`` (default) serves none.
@@ -130,6 +133,7 @@ class DispatcherConfig:
     worker_timeout_ms: int = 10_000
     client_timeout_ms: int = 60_000
     gc_dynamic_sharding_jobs: bool = False
+    max_pipeline_bytes: int = 64 * 2**20
     metrics_port: int | None = None
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
@@ -149,6 +153,7 @@ class DispatcherConfig:
                 "worker_timeout_ms": _positive,
                 "client_timeout_ms": _positive,
                 "gc_dynamic_sharding_jobs": _bool,
+                "max_pipeline_bytes": _positive,
                 "metrics_port": _optional(_port),
                 "curve_secret_key_file": _optional(_text),
                 "curve_authorized_keys_dir": _optional(_text),

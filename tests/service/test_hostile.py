@@ -43,6 +43,12 @@ def status_round_trip(sock: zmq.Socket[Any], request_id: int) -> None:
             return
 
 
+def endpoint_of(c: Any, role: str) -> str:
+    """The endpoint of the cluster's dispatcher or first worker."""
+    endpoint: str = c.target if role == "dispatcher" else c.workers[0].address
+    return endpoint
+
+
 def exactly_once(target: str, n: int = 200) -> None:
     ds = zd.Dataset.range(n).apply(service.distribute("distributed_epoch", target))
     assert sorted(ints(ds)) == list(range(n))
@@ -111,7 +117,7 @@ def test_worker_answers_bad_msgpack_and_keeps_serving(cluster, sockets):
 def test_every_multipart_shape_is_answered_or_dropped(cluster, sockets, role):
     """A DEALER cannot send 0 frames; 1 frame is a request, 2+ frames are dropped."""
     c = cluster(num_workers=1)
-    endpoint = c.target if role == "dispatcher" else c.workers[0].address
+    endpoint = endpoint_of(c, role)
     sock = sockets(endpoint)
     with pytest.raises((ValueError, zmq.ZMQError, TypeError, IndexError)):
         sock.send_multipart([])
@@ -162,7 +168,7 @@ def test_servers_set_a_generous_maxmsgsize(cluster):
 @pytest.mark.parametrize("role", ["dispatcher", "worker"])
 def test_wrong_socket_types_do_not_disturb_the_servers(cluster, sockets, kind, role):
     c = cluster(num_workers=1)
-    endpoint = c.target if role == "dispatcher" else c.workers[0].address
+    endpoint = endpoint_of(c, role)
     wrong = sockets(endpoint, kind)
     request = m.encode(m.GetStatus(request_id=3))
     if kind in (zmq.PUB, zmq.PUSH, zmq.REQ, zmq.PAIR):
@@ -179,7 +185,7 @@ def test_wrong_socket_types_do_not_disturb_the_servers(cluster, sockets, kind, r
 @pytest.mark.parametrize("role", ["dispatcher", "worker"])
 def test_a_flood_of_dealers_that_come_and_go(cluster, sockets, role):
     c = cluster(num_workers=1)
-    endpoint = c.target if role == "dispatcher" else c.workers[0].address
+    endpoint = endpoint_of(c, role)
     context = zmq.Context.instance()
     request = m.encode(m.GetStatus(request_id=5))
     open_now: list[zmq.Socket[Any]] = []

@@ -510,15 +510,12 @@ class Fetcher(PollLoop):
 
 
 def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
-    """The elements of a data reply, and the bytes they hold once decoded."""
-    elements: list[Any] = []
-    nbytes, start = 0, 1
-    for count in header.parts:
-        group, start = parts[start : start + count], start + count
-        decoded, _, size = frames.decode_sized(group)
-        elements.extend(decoded)
-        nbytes += size
-    return elements, nbytes
+    """The elements of a data reply, and the bytes they hold once decoded.
+
+    Checked as ``frames.decode_messages`` does: within the codec's limits, and
+    exactly the frames and the ``count`` elements the header lists.
+    """
+    return frames.decode_messages(parts[1:], header.parts, header.count)
 
 
 class DistributedIterator(DatasetIterator):

@@ -9,9 +9,15 @@ values are msgpack natives. Two extension types carry the rest:
 * user functions as cloudpickle bytes. cloudpickle ships lambdas and closures
   by value and module-level functions of importable modules by reference.
 
+Constant data is decoded with the frames codec's limits set to the bytes that
+carried it: a constant never holds more memory than its share of the pipeline
+bytes, so a compressed or forged constant cannot expand at a worker.
+
 This is the only module that pickles. ``deserialize(..., load_functions=False)``
-leaves functions as opaque ``PickledFunction`` bytes, so a dispatcher can read a
-pipeline's sources (to make splits) without running anyone's code.
+leaves functions as opaque ``PickledFunction`` bytes and constant data as
+``PackedConstant`` bytes, so a dispatcher can read a pipeline's structure (its
+sources and their sizes, to make splits) without running anyone's code or
+decoding anyone's data.
 
 >>> import zmqdata as zd
 >>> ds = zd.Dataset.range(5).map(lambda x: x + 1)
@@ -36,6 +42,8 @@ from zmqdata._wire import frames
 from zmqdata.errors import InvalidArgumentError
 
 GRAPH_VERSION = 1
+MAX_DEPTH = 200
+"""The longest chain of ops a pipeline may have (deeper ones are refused)."""
 _EXT_CONSTANT = 1
 _EXT_FUNCTION = 2
 
@@ -50,7 +58,21 @@ class PickledFunction:
         raise InvalidArgumentError("this pipeline was loaded without its functions")
 
 
+@dataclass(frozen=True, slots=True)
+class PackedConstant:
+    """Constant data not yet decoded (``load_functions=False``): its packed frames."""
+
+    payload: bytes
+
+    @property
+    def value(self) -> Any:
+        """Refuses: the data was not loaded."""
+        raise InvalidArgumentError("this pipeline was loaded without its data")
+
+
 def _encode_value(value: Any) -> Any:
+    if isinstance(value, PackedConstant):
+        return msgpack.ExtType(_EXT_CONSTANT, value.payload)
     if isinstance(value, Constant):
         parts = [
             bytes(memoryview(part).cast("B")) for part in frames.encode([value.value])
@@ -90,14 +112,20 @@ def fingerprint(data: bytes) -> str:
 def deserialize(data: bytes, *, load_functions: bool = True) -> Node:
     """Rebuilds a pipeline from ``serialize`` output.
 
-    Raises ``InvalidArgumentError`` for malformed bytes, an unknown op, or a
-    function that fails to unpickle (e.g. a module missing on this host).
+    ``load_functions=False`` loads the structure only: functions stay
+    ``PickledFunction`` bytes and constant data ``PackedConstant`` bytes.
+
+    Raises ``InvalidArgumentError`` for malformed bytes, an unknown op, a
+    pipeline deeper than ``MAX_DEPTH``, a constant that is not one value
+    within its own bytes, or a function that fails to unpickle (e.g. a module
+    missing on this host).
     """
 
     def ext_hook(code: int, payload: bytes) -> Any:
         if code == _EXT_CONSTANT:
-            elements, _ = frames.decode(msgpack.unpackb(payload))
-            return Constant(elements[0])
+            return (
+                _decode_constant(payload) if load_functions else PackedConstant(payload)
+            )
         if code == _EXT_FUNCTION:
             return (
                 cloudpickle.loads(payload)
@@ -120,9 +148,25 @@ def deserialize(data: bytes, *, load_functions: bool = True) -> Node:
     return _decode_node(tree.get("root"))
 
 
-def _decode_node(tree: Any) -> Node:
+def _decode_constant(payload: bytes) -> Constant:
+    """A ``Constant`` from its frames, holding no more bytes than ``payload``."""
+    parts = msgpack.unpackb(payload)
+    if type(parts) is not list or not all(type(part) is bytes for part in parts):
+        raise InvalidArgumentError("malformed constant in a pipeline: not frames")
+    limits = frames.Limits(max_bytes=len(payload), max_decompressed=len(payload))
+    elements, _ = frames.decode(parts, limits)
+    if len(elements) != 1:
+        raise InvalidArgumentError(
+            f"malformed constant in a pipeline: {len(elements)} values, expected 1"
+        )
+    return Constant(elements[0])
+
+
+def _decode_node(tree: Any, depth: int = 0) -> Node:
     from zmqdata._dataset.ops import OPS
 
+    if depth >= MAX_DEPTH:
+        raise InvalidArgumentError(f"pipeline nested deeper than {MAX_DEPTH} ops")
     if not isinstance(tree, dict) or not isinstance(tree.get("args"), dict):
         raise InvalidArgumentError(f"malformed pipeline node: {tree!r:.100}")
     if tree.get("op") not in OPS:
@@ -131,5 +175,7 @@ def _decode_node(tree: Any) -> Node:
     if not isinstance(inputs, list):
         raise InvalidArgumentError(f"malformed inputs of op {tree['op']!r}")
     return Node(
-        tree["op"], tree["args"], tuple(_decode_node(child) for child in inputs)
+        tree["op"],
+        tree["args"],
+        tuple(_decode_node(child, depth + 1) for child in inputs),
     )

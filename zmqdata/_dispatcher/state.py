@@ -521,6 +521,15 @@ class DispatcherState(ClusterRecords):
     def _get_or_register_dataset(
         self, peer: bytes, msg: m.GetOrRegisterDataset, now: float
     ) -> list[Outgoing]:
+        size, cap = len(msg.pipeline), self.config.max_pipeline_bytes
+        if size + len(msg.element_spec) > cap:
+            raise InvalidArgumentError(
+                f"the pipeline is {size} bytes (with its element spec "
+                f"{size + len(msg.element_spec)}), over the dispatcher's cap of "
+                f"{cap} (DispatcherConfig.max_pipeline_bytes): read large data "
+                "from files (e.g. list_files + map) instead of embedding it with "
+                "from_tensor_slices / from_tensors"
+            )
         fingerprint = graph.fingerprint(msg.pipeline)
         dataset_id = msg.dataset_id or self.datasets_by_fingerprint.get(fingerprint, "")
         existing = self.datasets.get(dataset_id)

@@ -176,32 +176,43 @@ def _sample(view: memoryview) -> bytes:
 
 
 def decompress(
-    codec: str | None, buf: _B, *, size: int | None = None
+    codec: str | None,
+    buf: _B,
+    *,
+    size: int | None = None,
+    max_size: int | None = None,
 ) -> _B | memoryview:
     """Undoes :func:`maybe_compress`.
 
     The output of a zstd buffer is a fresh, writable byte memoryview. It is
     never larger than ``size`` (or, without ``size``, than the content size the
-    zstd frame declares), so a decompression bomb cannot allocate more than the
+    zstd frame declares), and that size is checked against ``max_size`` before
+    anything is allocated, so a decompression bomb cannot allocate more than the
     caller agreed to.
 
     Args:
         codec: ``None`` (``buf`` is returned as is) or ``"zstd"``.
         buf: The (compressed) bytes.
         size: The exact decompressed size expected, if known.
+        max_size: The most bytes a zstd buffer may decompress to (``None``: no
+            cap beyond ``size``).
 
     Returns:
         The decompressed bytes.
 
     Raises:
-        InvalidArgumentError: Unknown codec, corrupt or truncated data, or a
-            decompressed size other than ``size``.
+        InvalidArgumentError: Unknown codec, corrupt or truncated data, a
+            decompressed size other than ``size``, or one over ``max_size``.
 
     >>> decompress(None, b"raw")
     b'raw'
     >>> codec, packed = maybe_compress(b"ab" * 10_000, level=3)
     >>> len(decompress(codec, packed, size=20_000))
     20000
+    >>> decompress(codec, packed, max_size=1_000)
+    Traceback (most recent call last):
+    ...
+    zmqdata.errors.InvalidArgumentError: zstd data of 20 bytes would decompress to 20000 bytes, over the cap of 1000
     """
     if codec is None:
         if size is not None and byte_view(buf).nbytes != size:
@@ -213,6 +224,11 @@ def decompress(
         raise InvalidArgumentError(f"unknown compression codec {codec!r}")
     view = byte_view(buf)
     target = _target_size(view, size)
+    if max_size is not None and target > max_size:
+        raise InvalidArgumentError(
+            f"zstd data of {view.nbytes} bytes would decompress to {target} bytes,"
+            f" over the cap of {max_size}"
+        )
     try:
         out = np.empty(target, dtype=np.uint8)
     except (MemoryError, ValueError) as error:

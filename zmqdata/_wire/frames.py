@@ -49,6 +49,15 @@ array is its own frame, zero-copy. A columnar batch always has a leaf that
 carries bytes for every element, so a forged ``n`` is bounded by the frames'
 size.
 
+Limits: decoding reads untrusted input, so what a header claims is checked
+against what was received and against :class:`Limits` *before* anything is
+allocated: the buffer table's sizes (a raw buffer must be as big as its frame, a
+compressed one may expand to at most ``Limits.max_decompressed`` bytes in all,
+and the whole message to ``Limits.max_bytes``), and the Python objects the
+element count and the SPECs ask for (at most ``OBJECTS_PER_BYTE`` per byte
+received, plus ``OBJECTS_FLOOR``), so neither a zstd bomb nor a forged count can
+turn a small message into a large allocation.
+
 Memory: :func:`encode` returns C-contiguous arrays' memory as is (a byte
 memoryview, no copy) when a buffer is not compressed; other arrays are copied
 once to C order. :func:`decode` returns arrays that are views of the buffer
@@ -70,6 +79,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import msgpack
@@ -84,7 +94,14 @@ from zmqdata._wire.codec import (
 )
 from zmqdata.errors import InvalidArgumentError
 
-__all__ = ["FORMAT_VERSION", "decode", "decode_sized", "encode"]
+__all__ = [
+    "FORMAT_VERSION",
+    "Limits",
+    "decode",
+    "decode_messages",
+    "decode_sized",
+    "encode",
+]
 
 FORMAT_VERSION: Final = 1
 INLINE_MAX: Final = 64 * 1024
@@ -93,6 +110,29 @@ INLINE_BUDGET: Final = 1 << 20
 """...up to this many bytes per message; the rest get frames of their own."""
 MAX_DEPTH: Final = 64
 """The deepest container nesting accepted."""
+OBJECTS_PER_BYTE: Final = 4
+"""Decoding makes at most this many Python objects (elements, containers and
+leaf values) per byte received, ..."""
+OBJECTS_FLOOR: Final = 1 << 16
+"""... plus this many, whatever the size of the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one decoded message may hold, checked before anything is allocated.
+
+    Attributes:
+        max_bytes: The most bytes the header and the buffers may hold once
+            decompressed.
+        max_decompressed: The most bytes the compressed buffers of the message
+            may decompress to, in all.
+    """
+
+    max_bytes: int = 1 << 30
+    max_decompressed: int = 256 << 20
+
+
+DEFAULT_LIMITS: Final = Limits()
 
 _MAX_NDIM: Final = 64
 _COLUMN_MAX_NDIM: Final = 32
@@ -190,7 +230,9 @@ def encode(
     return [packed, *encoder.frames]
 
 
-def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
+def decode(
+    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], dict[str, Any]]:
     """Decodes the frames :func:`encode` made back into ``(elements, meta)``.
 
     Arrays are views of ``frames`` where possible (see the module docstring on
@@ -199,6 +241,7 @@ def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
     Args:
         frames: The header then the buffers: bytes-like objects or
             ``zmq.Frame`` objects.
+        limits: What the decoded message may hold (see :class:`Limits`).
 
     Returns:
         The elements, and the ``meta`` given to :func:`encode`.
@@ -207,16 +250,19 @@ def decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any]]:
         InvalidArgumentError: The frames are malformed in any way: garbage or
             truncated header, unknown version, wrong frame count, a buffer
             whose size does not match its dtype and shape, a bad dtype, corrupt
-            compressed data.
+            compressed data; or they would decode to more than ``limits`` or
+            to more objects than the bytes received allow.
 
     >>> decode(encode([{"x": 1}], meta={"eos": False}))
     ([{'x': 1}], {'eos': False})
     """
-    elements, meta, _ = decode_sized(frames)
+    elements, meta, _ = decode_sized(frames, limits)
     return elements, meta
 
 
-def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
+def decode_sized(
+    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+) -> tuple[list[Any], dict[str, Any], int]:
     """Like :func:`decode`, plus the bytes the decoded batch holds in memory.
 
     That is the header and every buffer once decompressed: what a receiver
@@ -229,7 +275,7 @@ def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], i
     (True, True)
     """
     try:
-        return _decode(frames)
+        return _decode(frames, limits)
     except InvalidArgumentError:
         raise
     # A safety net: validation above should leave no other error, but decode
@@ -238,6 +284,61 @@ def decode_sized(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], i
         raise InvalidArgumentError(
             f"malformed frames: {type(error).__name__}: {error}"
         ) from error
+
+
+def decode_messages(
+    frames: Sequence[Buffer],
+    sizes: Sequence[int],
+    count: int,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[list[Any], int]:
+    """Decodes several messages sent back to back, as a peer says it sent them.
+
+    Args:
+        frames: Every message's frames, one message after the other.
+        sizes: The frame count of each message (a peer's claim, checked).
+        count: The total element count the peer claims (checked).
+        limits: What all the messages together may hold.
+
+    Returns:
+        The elements of all messages, and the bytes they hold (as
+        :func:`decode_sized`).
+
+    Raises:
+        InvalidArgumentError: ``sizes`` does not add up to the frames given,
+            the messages hold other than ``count`` elements, or one of them is
+            malformed or over :class:`Limits`.
+
+    >>> frames = [*encode([1, 2]), *encode([3])]
+    >>> decode_messages(frames, [1, 1], 3)[0]
+    [1, 2, 3]
+    """
+    if not all(type(n) is int and n > 0 for n in sizes) or sum(sizes) != len(frames):
+        raise InvalidArgumentError(
+            f"messages of {_short(sizes)} frames claimed, {len(frames)} frames given"
+        )
+    elements: list[Any] = []
+    nbytes, start = 0, 0
+    for index, size in enumerate(sizes):
+        group = frames[start : start + size]
+        try:
+            decoded, _, held = decode_sized(group, limits)
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(
+                f"message {index} of {len(sizes)}: {error}"
+            ) from None
+        elements.extend(decoded)
+        expanded = held - sum(byte_view(frame).nbytes for frame in group)
+        limits = Limits(  # what the messages left may still hold
+            max_bytes=max(0, limits.max_bytes - held),
+            max_decompressed=max(0, limits.max_decompressed - max(0, expanded)),
+        )
+        nbytes, start = nbytes + held, start + size
+    if len(elements) != count:
+        raise InvalidArgumentError(
+            f"{count} elements claimed, the messages hold {len(elements)}"
+        )
+    return elements, nbytes
 
 
 # --- encoding -------------------------------------------------------------------
@@ -256,17 +357,33 @@ class _Encoder:
         """The header's ``"c"`` or ``"r"`` entry for ``items``."""
         fast = _fast_signature(items)
         if fast is not None:
-            return {"c": self._spec(fast, iter([items]), len(items))}
+            return {"c": self._columns(fast, iter([items]), len(items))}
         sigs, rows = _signatures(items)
-        if sigs and all(sig == sigs[0] for sig in sigs) and _columnar(sigs[0]):
+        if (
+            sigs
+            and all(sig == sigs[0] for sig in sigs)
+            and _columnar(sigs[0], len(items))
+        ):
             columns: Iterable[Sequence[Any]] = zip(*rows, strict=True)
-            return {"c": self._spec(sigs[0], iter(columns), len(items))}
+            return {"c": self._columns(sigs[0], iter(columns), len(items))}
         return {
             "r": [
                 self._spec(sig, ([leaf] for leaf in row), 1)
                 for sig, row in zip(sigs, rows, strict=True)
             ]
         }
+
+    def _columns(self, sig: _Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
+        """The columnar SPEC of ``n`` elements of ``sig``.
+
+        Its buffers stay uncompressed when the batch decodes to more objects
+        than ``OBJECTS_FLOOR``: a receiver refuses more objects per byte
+        received than ``OBJECTS_PER_BYTE``, as it cannot tell such a message
+        from a forged element count.
+        """
+        if n > 1 and n * _node_count(sig) > OBJECTS_FLOOR:
+            self._level = None
+        return self._spec(sig, columns, n)
 
     def _spec(self, sig: _Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
         """The SPEC for ``sig``, taking leaf columns (of ``n`` values) in order."""
@@ -419,24 +536,36 @@ def _bad_dtype(dtype: np.dtype[Any], what: str) -> str:
     )
 
 
-def _columnar(sig: _Sig) -> bool:
-    """Whether a batch of ``sig`` elements should travel columnar.
+def _columnar(sig: _Sig, n: int) -> bool:
+    """Whether a batch of ``n`` elements of ``sig`` should travel columnar.
 
     Not when an array leaf is big (stacking would copy it; rows send it
     zero-copy), nor when elements carry no bytes at all (then ``n`` would not be
-    bounded by the message size).
+    bounded by the message size), nor when they carry too few bytes for their
+    objects (a receiver would refuse the batch; rows list every object).
     """
-    has_data = False
+    min_bytes = 0
     for leaf in _leaf_signatures(sig):
         if isinstance(leaf, tuple) and leaf[0] == "a":
             shape: tuple[int, ...] = leaf[2]
             nbytes = math.prod(shape) * leaf[1].itemsize
             if nbytes >= INLINE_MAX or len(shape) >= _COLUMN_MAX_NDIM:
                 return False
-            has_data = has_data or nbytes > 0
+            min_bytes += nbytes
         else:
-            has_data = True
-    return has_data
+            min_bytes += 1
+    if min_bytes == 0:
+        return False
+    return n <= 1 or n * _node_count(sig) <= (
+        OBJECTS_PER_BYTE * n * min_bytes + OBJECTS_FLOOR
+    )
+
+
+def _node_count(sig: _Sig) -> int:
+    """The objects one element of ``sig`` decodes to (as ``_count_nodes``)."""
+    if isinstance(sig, tuple) and sig[0] in ("T", "L", "D"):
+        return 1 + sum(_node_count(child) for child in sig[-1])
+    return 1
 
 
 def _leaf_signatures(sig: _Sig) -> Iterator[_Sig]:
@@ -458,32 +587,47 @@ def _pack_bigint(value: object) -> msgpack.ExtType:
 # --- decoding -------------------------------------------------------------------
 
 
-def _decode(frames: Sequence[Buffer]) -> tuple[list[Any], dict[str, Any], int]:
+def _decode(
+    frames: Sequence[Buffer], limits: Limits
+) -> tuple[list[Any], dict[str, Any], int]:
     views = [byte_view(frame) for frame in frames]
     if not views:
         raise InvalidArgumentError("no frames: expected at least a header frame")
+    head, rest = views[0].nbytes, views[1:]
+    if head > limits.max_bytes:
+        raise InvalidArgumentError(
+            f"header of {head} bytes is over the cap of {limits.max_bytes}"
+        )
     header = _unpack_header(views[0])
     n = _field(header, "n", int)
     if n < 0:
         raise InvalidArgumentError(f"header element count is negative: {n}")
     meta = _field(header, "m", dict)
-    buffers = _load_buffers(_field(header, "b", list), views[1:])
-    decoder = _Decoder(buffers)
+    table = _field(header, "b", list)
+    nbytes = head + _buffer_table(table, rest, limits.max_bytes - head, limits)
     if ("c" in header) == ("r" in header):
         raise InvalidArgumentError('header needs exactly one of "c" and "r"')
     if "c" in header:
         # Every columnar element carries at least a byte (encode makes sure),
-        # which bounds the work a forged count can cause.
-        if n > views[0].nbytes + sum(buffer.nbytes for buffer in buffers):
+        # which bounds the work a forged count can cause...
+        if n > nbytes:
             raise InvalidArgumentError(f"{n} elements cannot fit in these frames")
-        elements = decoder.batch(header["c"], n)
+        # ... and the objects they make are bounded by the bytes received. (A
+        # row's SPEC nodes take 3 header bytes or more each: rows need no check.)
+        if n > 1:
+            received = head + sum(view.nbytes for view in rest)
+            _check_objects(n, n * _count_nodes(header["c"], 0), received)
     else:
         rows = _field(header, "r", list)
         if len(rows) != n:
             raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
+    decoder = _Decoder(_load_buffers(table, rest, limits))
+    if "c" in header:
+        elements = decoder.batch(header["c"], n)
+    else:
         elements = [decoder.batch(row, 1)[0] for row in rows]
     decoder.check_all_used()
-    return elements, meta, views[0].nbytes + sum(buffer.nbytes for buffer in buffers)
+    return elements, meta, nbytes
 
 
 def _unpack_header(view: memoryview) -> dict[str, Any]:
@@ -525,23 +669,88 @@ def _field(container: Mapping[str, Any] | list[Any], key: Any, kind: type) -> An
     return value
 
 
-def _load_buffers(table: list[Any], views: list[memoryview]) -> list[memoryview]:
-    """The buffers of the buffer table, decompressed and size-checked."""
+def _buffer_table(
+    table: list[Any], views: list[memoryview], room: int, limits: Limits
+) -> int:
+    """Checks the buffer table's entries, and their sizes against ``limits``.
+
+    Nothing is allocated: the sizes are the header's claims (checked against
+    the frames when they are decoded).
+
+    Args:
+        table: The header's ``[[codec, nbytes], ...]``.
+        views: The buffer frames.
+        room: The bytes ``limits.max_bytes`` leaves for the buffers.
+        limits: The caps.
+
+    Returns:
+        The bytes the buffers will hold once decompressed.
+    """
     if len(table) != len(views):
         raise InvalidArgumentError(
             f"header lists {len(table)} buffers but {len(views)} frames follow it"
         )
-    buffers = []
-    for index, (entry, view) in enumerate(zip(table, views, strict=True)):
+    total = expanded = 0
+    for index, entry in enumerate(table):
         if type(entry) is not list or len(entry) != 2:
             raise InvalidArgumentError(f"buffer table entry {index} is malformed")
         codec, nbytes = entry
         if type(nbytes) is not int or nbytes < 0:
             raise InvalidArgumentError(f"buffer {index} has a bad size {nbytes!r}")
-        if codec is not None and type(codec) is not str:
-            raise InvalidArgumentError(f"buffer {index} has a bad codec {codec!r}")
+        if codec is not None:
+            if type(codec) is not str:
+                raise InvalidArgumentError(f"buffer {index} has a bad codec {codec!r}")
+            expanded += nbytes
+        total += nbytes
+    if expanded > limits.max_decompressed:
+        raise InvalidArgumentError(
+            f"compressed buffers declare {expanded} bytes once decompressed,"
+            f" over the cap of {limits.max_decompressed}"
+        )
+    if total > room:
+        raise InvalidArgumentError(
+            f"buffers declare {total} bytes, over the cap of {limits.max_bytes}"
+            " with the header"
+        )
+    return total
+
+
+def _count_nodes(spec: Any, depth: int) -> int:
+    """The SPEC's node count: the objects one element of it costs.
+
+    Malformed nodes count as leaves, for :meth:`_Decoder.batch` to reject.
+    """
+    if type(spec) is not list or len(spec) < 2 or spec[0] not in ("T", "L", "D"):
+        return 1
+    if depth >= MAX_DEPTH:
+        raise InvalidArgumentError(f"SPEC nested deeper than {MAX_DEPTH} levels")
+    children = spec[-1]
+    if type(children) is not list:
+        return 1
+    return 1 + sum(_count_nodes(child, depth + 1) for child in children)
+
+
+def _check_objects(n: int, objects: int, received: int) -> None:
+    """Refuses a message that would build more objects than its bytes allow."""
+    allowed = OBJECTS_PER_BYTE * received + OBJECTS_FLOOR
+    if objects > allowed:
+        raise InvalidArgumentError(
+            f"{n} elements of {objects} objects in all from {received} bytes"
+            f" received: over the limit of {allowed} (a forged element count?)"
+        )
+
+
+def _load_buffers(
+    table: list[Any], views: list[memoryview], limits: Limits
+) -> list[memoryview]:
+    """The buffers of the buffer table, decompressed and size-checked."""
+    buffers = []
+    cap = limits.max_decompressed
+    for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
         try:
-            buffers.append(byte_view(decompress(codec, view, size=nbytes)))
+            buffers.append(
+                byte_view(decompress(codec, view, size=nbytes, max_size=cap))
+            )
         except InvalidArgumentError as error:
             raise InvalidArgumentError(f"buffer {index}: {error}") from None
     return buffers

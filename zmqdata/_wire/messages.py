@@ -25,6 +25,27 @@ from zmqdata._version import PROTOCOL_VERSION
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MAX_MESSAGE_BYTES = 1 << 30
+MAX_VALUES = 1 << 18
+"""The most lists, maps, list items and map entries a control message of
+``COUNT_FROM`` bytes or more may hold, in all: a message of empty maps or short
+strings would otherwise unpack to about 70 times its size in Python objects."""
+COUNT_FROM = 1 << 16
+"""Smaller messages are not counted (70 times their size is harmless)."""
+
+
+class _ValueBudget:
+    """A list and map hook for msgpack: counts the values, refuses too many."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = MAX_VALUES
+
+    def take(self, container: Any) -> Any:
+        self.left -= 1 + len(container)
+        if self.left < 0:
+            raise ValueError(f"more than {MAX_VALUES} values")
+        return container
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,6 +362,19 @@ _SCHEMAS: dict[type[Message], tuple[tuple[str, tuple[type, ...]], ...]] = {
 }
 
 
+def _limits(size: int) -> dict[str, Any]:
+    """The limits to unpack a message of ``size`` bytes with (see ``MAX_VALUES``)."""
+    if size < COUNT_FROM:
+        return {}
+    budget = _ValueBudget()
+    return {
+        "max_array_len": MAX_VALUES,
+        "max_map_len": MAX_VALUES,
+        "list_hook": budget.take,
+        "object_hook": budget.take,
+    }
+
+
 def encode(message: Message) -> bytes:
     """The wire bytes of ``message``."""
     body = {name: getattr(message, name) for name, _ in _SCHEMAS[type(message)]}
@@ -353,7 +387,7 @@ def decode(data: bytes | memoryview) -> Message:
     if len(data) > _MAX_MESSAGE_BYTES:
         raise InvalidArgumentError(f"control message of {len(data)} bytes is too large")
     try:
-        body = msgpack.unpackb(data, strict_map_key=True)
+        body = msgpack.unpackb(data, strict_map_key=True, **_limits(len(data)))
     except Exception as error:
         raise InvalidArgumentError(f"malformed control message: {error!r}") from None
     if not isinstance(body, dict):

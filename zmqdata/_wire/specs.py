@@ -63,5 +63,8 @@ def decode_spec(data: bytes) -> Any:
     """The nested spec from ``encode_spec`` bytes (None for ``b""``)."""
     if not data:
         return None
-    elements, _ = frames.decode([data])
+    limits = frames.Limits(max_bytes=len(data), max_decompressed=0)
+    elements, _ = frames.decode([data], limits)
+    if len(elements) != 1:
+        raise InvalidArgumentError(f"element spec holds {len(elements)} values, not 1")
     return structure.map_leaves(_leaf_spec, elements[0])

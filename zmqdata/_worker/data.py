@@ -4,14 +4,15 @@ A request asks for up to ``max_elements`` of one task (the consumer's free
 credit). It is answered at once with what the buffer holds (small elements
 coalesced into one frames message, large ones as their pre-encoded frames), or
 parked until the producer adds something: a long poll, so a consumer never
-polls blindly and the first element goes out as soon as it exists.
+polls blindly and the first element goes out as soon as it exists. A peer may
+park only a few requests per task, and parked requests are served round-robin
+across peers (``parked.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from typing import Any
 
 import zmq
@@ -25,6 +26,7 @@ from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._worker.buffer import Encoded, Raw
 from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import ZmqDataError
@@ -84,7 +86,7 @@ class DataLoop(PollLoop):
         self._keys = keys
         self._endpoint_args = (protocol, host, port)
         self._runners, self.waker = runners, waker
-        self._parked: dict[int, deque[Request]] = {}
+        self._parked: ParkedRequests[Request] = ParkedRequests()
         self._rounds: dict[int, RoundRobin] = {}
         self._bad_input = RateLimitedLog(logger)
         self.endpoint = self.inproc_endpoint = ""
@@ -127,7 +129,7 @@ class DataLoop(PollLoop):
             self._on_request(sock, received)
 
     def on_tick(self, now: float) -> None:
-        for task_id in list(self._parked):
+        for task_id in self._parked.task_ids():
             self._serve_parked(task_id)
         for task_id in list(self._rounds):
             self._release_rounds(task_id)
@@ -159,18 +161,26 @@ class DataLoop(PollLoop):
         if request.rounds:
             self._add_round_request((sock, peer, request))
         elif not self._serve_in_turn((sock, peer, request)):
-            self._parked.setdefault(request.task_id, deque()).append(
-                (sock, peer, request)
-            )
+            self._park((sock, peer, request))
 
     def _serve_in_turn(self, request: Request) -> bool:
         """Serves now, unless first-come readers of the task are already waiting."""
         task_id = request[2].task_id
         runner = self._runners.get(task_id)
         first_come = runner is None or runner.cache is None
-        if first_come and self._parked.get(task_id):
+        if first_come and self._parked.waiting(task_id):
             return False
         return self._serve(request)
+
+    def _park(self, request: Request) -> None:
+        """Parks a request, or refuses it if its peer has its fill parked."""
+        sock, peer, message = request
+        if not self._parked.park(message.task_id, (sock, peer), request):
+            text = (
+                f"this peer already has {self._parked.max_per_peer} requests "
+                f"waiting for task {message.task_id}; wait for their replies"
+            )
+            self._reply_error(request, "FAILED_PRECONDITION", text)
 
     # ------------------------------------------------------------ coordinated reads
 
@@ -229,16 +239,11 @@ class DataLoop(PollLoop):
     # ------------------------------------------------------------ first come, first served
 
     def _serve_parked(self, task_id: int) -> None:
-        queue = self._parked.get(task_id)
         runner = self._runners.get(task_id)
-        if queue and runner is not None and runner.cache is not None:
-            # Trainers read at their own positions: any of them may be servable.
-            queue = deque(request for request in queue if not self._serve(request))
-            self._parked[task_id] = queue
-        while queue and self._serve(queue[0]):
-            queue.popleft()
-        if not queue:
-            self._parked.pop(task_id, None)
+        # Trainers of the cross-trainer cache read at their own positions: any
+        # of their requests may be servable.
+        any_order = runner is not None and runner.cache is not None
+        self._parked.serve(task_id, self._serve, any_order=any_order)
 
     def _serve(self, request: Request) -> bool:
         """Answers ``request`` if there is anything to say; False to park it."""

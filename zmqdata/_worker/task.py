@@ -12,10 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import zmq
 
-from zmqdata._dataset import graph, structure
+from zmqdata._dataset import graph
 from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.source import find_split_source
@@ -25,7 +24,7 @@ from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
-from zmqdata._worker import sharding
+from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -258,7 +257,7 @@ class TaskRunner:
             self._wake(self.task_id)
 
     def _put(self, element: Any) -> None:
-        size = _nbytes(element)
+        element, size = retained.compact(element)
         item: Raw | Encoded
         if size <= INLINE_BYTES:
             item = Raw(element)
@@ -266,10 +265,3 @@ class TaskRunner:
             item = Encoded(frames.encode([element], compression_level=self._level))
         if self._sink.put(item, size, self._stop):
             self._wake(self.task_id)
-
-
-def _nbytes(element: Any) -> int:
-    return sum(
-        leaf.nbytes if isinstance(leaf, np.ndarray) else 16
-        for leaf in structure.flatten(element)
-    )
