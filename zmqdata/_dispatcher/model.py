@@ -39,6 +39,8 @@ class Dataset:
     element_spec: bytes
     split_source: Node | None
     """The splittable source (functions not loaded), or None if unsplittable."""
+    cardinality: int
+    """The pipeline's cardinality (``-1`` infinite, ``-2`` unknown)."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zmqdata._dataset import graph
+from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
@@ -30,13 +31,19 @@ REQUEST_KEYS_KEPT = 10_000
 after a stall or a dispatcher restart finds what its first attempt created."""
 
 
-def split_source(pipeline: bytes) -> Node | None:
-    """The splittable source of a serialized pipeline (functions not loaded)."""
+def derived(pipeline: bytes) -> dict[str, Any]:
+    """What the dispatcher reads off a serialized pipeline, decoded once.
+
+    ``split_source``: its splittable source (or None); ``cardinality``: its
+    cardinality. Functions are not loaded. Derived on registration and replay,
+    never journaled.
+    """
     root = graph.deserialize(pipeline, load_functions=False)
     try:
-        return find_split_source(root)
+        source: Node | None = find_split_source(root)
     except InvalidArgumentError:
-        return None
+        source = None
+    return {"split_source": source, "cardinality": Dataset(root).cardinality()}
 
 
 class ClusterRecords:
@@ -116,7 +123,7 @@ class ClusterRecords:
             e.fingerprint,
             e.compression,
             e.element_spec,
-            split_source(e.pipeline),
+            **derived(e.pipeline),
         )
         self.datasets_by_fingerprint.setdefault(e.fingerprint, e.dataset_id)
         if e.dataset_id.isdigit():

@@ -2,8 +2,8 @@
 
 ``dump`` writes every table of ``ClusterRecords`` as one msgpack map; ``load``
 rebuilds the tables from it. A state loaded from a snapshot equals the state it
-was taken from (only each dataset's split source is derived again, from its
-pipeline, as ``apply`` does). The journal (``journal.py``) stores a snapshot and
+was taken from (only what each dataset's pipeline says, its split source and
+cardinality, is derived again, as ``apply`` does). The journal (``journal.py``) stores a snapshot and
 the events that followed it.
 
 >>> from zmqdata._dispatcher import events as ev
@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from zmqdata._dispatcher import model
-from zmqdata._dispatcher.records import ClusterRecords, split_source
+from zmqdata._dispatcher.records import ClusterRecords, derived
 
 FORMAT = 1
 
@@ -43,7 +43,9 @@ def dump(records: ClusterRecords) -> bytes:
     body = {
         "format": FORMAT,
         "workers": [_row(w) for w in records.workers.values()],
-        "datasets": [_row(d, "split_source") for d in records.datasets.values()],
+        "datasets": [
+            _row(d, "split_source", "cardinality") for d in records.datasets.values()
+        ],
         "jobs": [_row(j) for j in records.jobs.values()],
         "iterations": [_row(i, "tasks") for i in records.iterations.values()],
         "tasks": [_row(t) for t in records.tasks.values()],
@@ -66,8 +68,9 @@ def load(records: ClusterRecords, data: bytes) -> None:
     for row in body["workers"]:
         records.workers[row["worker_id"]] = model.Worker(**row)
     for row in body["datasets"]:
-        source = split_source(row["pipeline"])
-        records.datasets[row["dataset_id"]] = model.Dataset(**row, split_source=source)
+        records.datasets[row["dataset_id"]] = model.Dataset(
+            **row, **derived(row["pipeline"])
+        )
     for row in body["jobs"]:
         records.jobs[row["job_id"]] = model.Job(**row)
     for row in body["iterations"]:

@@ -26,7 +26,6 @@ from typing import Any
 
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
-from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model, snapshot
@@ -84,16 +83,9 @@ def _check_endpoint(name: str, endpoint: str) -> None:
         )
 
 
-def _cardinality(dataset: model.Dataset) -> int:
-    """The registered pipeline's cardinality (its functions are not loaded)."""
-    return Dataset(
-        graph.deserialize(dataset.pipeline, load_functions=False)
-    ).cardinality()
-
-
 def _check_infinite(dataset: model.Dataset, feature: str) -> None:
     """Coordinated reads and the cross-trainer cache need an endless dataset."""
-    cardinality = _cardinality(dataset)
+    cardinality = dataset.cardinality
     if cardinality >= 0:
         raise InvalidArgumentError(
             f"{feature} requires a dataset with infinite cardinality, got one with "
@@ -579,7 +571,7 @@ class DispatcherState(ClusterRecords):
             request_id=msg.request_id,
             element_spec=dataset.element_spec,
             compression=dataset.compression,
-            cardinality=_cardinality(dataset),
+            cardinality=dataset.cardinality,
         )
         return [(peer, reply)]
 
