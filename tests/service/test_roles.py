@@ -164,6 +164,21 @@ def test_a_secured_read_over_tcp_with_roles(roles: Cluster) -> None:
     assert sorted(ints(ds)) == list(range(50))
 
 
+def test_a_coordinated_read_over_tcp_with_roles(roles: Cluster) -> None:
+    """Coordinated reads carry the read tickets too."""
+    ds = zd.Dataset.range(10).repeat().apply(
+        service.distribute(
+            "parallel_epochs",
+            roles.target,
+            job_name="coordinated",
+            consumer_index=0,
+            num_consumers=1,
+            data_transfer_protocol="tcp",
+        )
+    )
+    assert sorted(ints(ds.take(20))) == sorted(list(range(10)) * 2)
+
+
 def test_a_client_reads_only_the_tasks_it_was_given(
     roles: Cluster, keys: RoleKeys
 ) -> None:
