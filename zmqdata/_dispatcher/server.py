@@ -96,6 +96,13 @@ class _DispatcherLoop(PollLoop):
             self.endpoint,
             " (CurveZMQ)" if self._keys else "",
         )
+        if self._keys is not None and self._keys.worker_dir is None:
+            logger.warning(
+                "no curve_worker_keys_dir: every key in %s may register as a "
+                "worker and receive every pipeline (docs/security.md, Upgrading "
+                "to roles)",
+                self._keys.authorized_dir,
+            )
 
     def on_readable(self, sock: zmq.Socket[Any]) -> None:
         for _ in range(MAX_BATCH):
