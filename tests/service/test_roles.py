@@ -159,21 +159,27 @@ def test_a_worker_key_cannot_read_a_data_port(roles: Cluster, keys: RoleKeys) ->
 
 def test_a_secured_read_over_tcp_with_roles(roles: Cluster) -> None:
     ds = zd.Dataset.range(50).apply(
-        service.distribute("distributed_epoch", roles.target, data_transfer_protocol="tcp")
+        service.distribute(
+            "distributed_epoch", roles.target, data_transfer_protocol="tcp"
+        )
     )
     assert sorted(ints(ds)) == list(range(50))
 
 
 def test_a_coordinated_read_over_tcp_with_roles(roles: Cluster) -> None:
     """Coordinated reads carry the read tickets too."""
-    ds = zd.Dataset.range(10).repeat().apply(
-        service.distribute(
-            "parallel_epochs",
-            roles.target,
-            job_name="coordinated",
-            consumer_index=0,
-            num_consumers=1,
-            data_transfer_protocol="tcp",
+    ds = (
+        zd.Dataset.range(10)
+        .repeat()
+        .apply(
+            service.distribute(
+                "parallel_epochs",
+                roles.target,
+                job_name="coordinated",
+                consumer_index=0,
+                num_consumers=1,
+                data_transfer_protocol="tcp",
+            )
         )
     )
     assert sorted(ints(ds.take(20))) == sorted(list(range(10)) * 2)
@@ -188,7 +194,9 @@ def test_a_client_reads_only_the_tasks_it_was_given(
     address = task["data_address"]
 
     def alice_reads() -> bool:
-        reply = _ask(address, keys.client("alice"), _get_elements(task, state.client_id, ticket))
+        reply = _ask(
+            address, keys.client("alice"), _get_elements(task, state.client_id, ticket)
+        )
         return isinstance(reply, m.Elements) and reply.count == 1
 
     assert poll_for(alice_reads, timeout=TIMEOUT_S)
@@ -221,6 +229,6 @@ def test_worker_keys_dir_needs_the_other_curve_fields(keys: RoleKeys) -> None:
         curve_authorized_keys_dir=str(keys.clients),
         curve_worker_keys_dir=str(keys.root / "missing"),
     )
-    with pytest.raises(ValueError, match="curve_worker_keys_dir: .*missing"):
+    with pytest.raises(ValueError, match=r"curve_worker_keys_dir: .*missing"):
         service.DispatchServer(config)
     assert not auth.active()

@@ -133,7 +133,9 @@ class _DispatcherLoop(PollLoop):
             return outgoing
         return self._access.sign(user, peer, outgoing)
 
-    def _refuse(self, peer: bytes, request_id: int, error: ZmqDataError) -> list[Outgoing]:
+    def _refuse(
+        self, peer: bytes, request_id: int, error: ZmqDataError
+    ) -> list[Outgoing]:
         self.state.requests_total += 1
         self.state.errors_total += 1
         reply = m.Error(request_id=request_id, code=error.code, message=error.message)

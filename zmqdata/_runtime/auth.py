@@ -280,9 +280,7 @@ def close_monitor(sock: zmq.Socket[Any], monitor: zmq.Socket[Any]) -> None:
 # ---------------------------------------------------------------- roles
 
 
-def recv_from(
-    sock: zmq.Socket[Any], secured: bool
-) -> tuple[list[bytes], str | None]:
+def recv_from(sock: zmq.Socket[Any], secured: bool) -> tuple[list[bytes], str | None]:
     """One message (``NOBLOCK``) and its sender's public key (Z85).
 
     The key is None on a plain socket and on an ``inproc://`` link of a CURVE
@@ -293,10 +291,10 @@ def recv_from(
         return sock.recv_multipart(zmq.NOBLOCK), None
     parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
     try:
-        user: str | None = parts[-1].get("User-Id")
+        user = parts[-1].get("User-Id")
     except zmq.ZMQError:  # no handshake, no User-Id
-        user = None
-    return [part.bytes for part in parts], user
+        return [part.bytes for part in parts], None
+    return [part.bytes for part in parts], str(user)
 
 
 def read_ticket(secret: bytes, task_id: int, user: str) -> bytes:
@@ -311,7 +309,9 @@ def read_ticket(secret: bytes, task_id: int, user: str) -> bytes:
     return hmac.new(key, text, hashlib.sha256).digest()[:16]
 
 
-def may_read(keys: ServerKeys | None, user: str | None, task_id: int, ticket: bytes) -> bool:
+def may_read(
+    keys: ServerKeys | None, user: str | None, task_id: int, ticket: bytes
+) -> bool:
     """Whether ``user`` may read ``task_id`` (always, on plain and inproc links)."""
     if keys is None or user is None:
         return True
