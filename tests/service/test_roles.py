@@ -16,6 +16,7 @@ import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
+from tests.service.logs import warnings_from
 from zmqdata import errors, service
 from zmqdata._client import rpc
 from zmqdata._runtime import auth
@@ -214,11 +215,32 @@ def test_a_client_cannot_take_over_another_keys_iteration_client(
     state = _iteration(roles)
     keys.use(monkeypatch, "bob")
     request = m.ClientHeartbeat(client_id=state.client_id)
-    with pytest.raises(errors.PermissionDeniedError, match="another key"):
-        rpc.call(roles.target, request, m.IterationState, TIMEOUT_S)
-    keys.use(monkeypatch, "alice")
+    release = m.ReleaseIterationClient(client_id=state.client_id)
+    for message, reply in ((request, m.IterationState), (release, m.Ok)):
+        with pytest.raises(errors.PermissionDeniedError, match="another key"):
+            rpc.call(roles.target, message, reply, TIMEOUT_S)
+    keys.use(monkeypatch, "alice")  # still alice's, and not released
     again = rpc.call(roles.target, request, m.IterationState, TIMEOUT_S)
     assert again.tasks[0]["ticket"] == state.tasks[0]["ticket"]
+
+
+def test_a_dispatcher_without_worker_keys_dir_warns_that_roles_are_shared(
+    cluster: Any,
+    keys: RoleKeys,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keys.use(monkeypatch, "alice")
+    cluster(
+        num_workers=0,
+        dispatcher_options={
+            "curve_secret_key_file": keys.secret("server"),
+            "curve_authorized_keys_dir": str(keys.clients),
+        },
+    )
+    [warning] = warnings_from(caplog, "zmqdata._dispatcher.server")
+    assert "no curve_worker_keys_dir" in warning
+    assert str(keys.clients) in warning
 
 
 def test_worker_keys_dir_needs_the_other_curve_fields(keys: RoleKeys) -> None:

@@ -27,6 +27,13 @@ WORKER_REQUESTS = (m.RegisterWorker, m.WorkerHeartbeat, m.GetSplit)
 CLIENT_OWNED = (m.ClientHeartbeat, m.ReleaseIterationClient)
 
 
+def _check_owner(user: str, client_id: int, owner: str) -> None:
+    if owner != user:
+        raise PermissionDeniedError(
+            f"iteration client {client_id} belongs to another key than {user}"
+        )
+
+
 class Access:
     """The dispatcher's key roles, client owners and read tickets."""
 
@@ -59,13 +66,8 @@ class Access:
                 f"curve_authorized_keys_dir); public key {user} is not one"
             )
         if isinstance(message, CLIENT_OWNED):
-            self._check_owner(user, message.client_id)
-
-    def _check_owner(self, user: str, client_id: int) -> None:
-        if self._owners.setdefault(client_id, user) != user:
-            raise PermissionDeniedError(
-                f"iteration client {client_id} belongs to another key than {user}"
-            )
+            owner = self._owners.get(message.client_id, user)  # none yet: no check
+            _check_owner(user, message.client_id, owner)
 
     def sign(
         self, user: str | None, peer: bytes, outgoing: list[Outgoing]
@@ -85,8 +87,9 @@ class Access:
         return signed
 
     def _signed(self, user: str, state: m.IterationState) -> m.Message:
-        try:
-            self._check_owner(user, state.client_id)
+        try:  # the first IterationState of a client makes its key the owner
+            owner = self._owners.setdefault(state.client_id, user)
+            _check_owner(user, state.client_id, owner)
         except PermissionDeniedError as error:
             return m.Error(
                 request_id=state.request_id, code=error.code, message=error.message
