@@ -125,13 +125,33 @@ def _get_elements(task: dict[str, Any], client_id: int, ticket: bytes) -> m.Mess
     )
 
 
-def test_a_client_key_cannot_register_a_worker(roles: Cluster, keys: RoleKeys) -> None:
-    request = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
-    reply = _ask(roles.target, keys.client("alice"), request)
+@pytest.mark.parametrize(
+    "request_",
+    [
+        m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1"),
+        m.WorkerHeartbeat(worker_id=1),
+        m.GetSplit(iteration_id=1, repetition=0),
+    ],
+    ids=lambda r: r.TYPE,
+)
+def test_a_client_key_cannot_make_worker_requests(
+    roles: Cluster, keys: RoleKeys, request_: m.Message
+) -> None:
+    reply = _ask(roles.target, keys.client("alice"), request_)
     assert isinstance(reply, m.Error)
     assert reply.code == "PERMISSION_DENIED"
     assert "worker key" in reply.message
     assert roles.num_registered_workers() == 1  # only the real one
+
+
+def test_a_worker_with_a_client_key_never_registers(
+    roles: Cluster, keys: RoleKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    roles.add_worker(wait=False, curve_secret_key_file=keys.secret("alice"))
+    warning = poll_for(lambda: warnings_from(caplog, "zmqdata._worker.server"))
+    assert "PERMISSION_DENIED" in warning[0]
+    assert "register_worker needs a worker key" in warning[0]
+    assert roles.num_registered_workers() == 1
 
 
 def test_a_worker_key_cannot_make_client_requests(
