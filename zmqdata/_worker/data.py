@@ -149,6 +149,16 @@ class DataLoop(PollLoop):
                 [peer, m.encode(m.Error(code=error.code, message=error.message))]
             )
             return
+        if isinstance(request, m.GetElements) and not auth.may_read(
+            self._keys, user, request.task_id, request.ticket
+        ):
+            text = (
+                f"public key {user} was not given task {request.task_id} by the "
+                "dispatcher (no valid read ticket)"
+            )
+            self._bad_input.warning("refused a read: %s", text)
+            self._reply_error((sock, peer, request), "PERMISSION_DENIED", text)
+            return
         if not isinstance(request, m.GetElements) or request.max_elements < 1:
             error_reply = m.Error(
                 request_id=request.request_id,
@@ -158,14 +168,6 @@ class DataLoop(PollLoop):
             )
             self.stats.failed()
             sock.send_multipart([peer, m.encode(error_reply)])
-            return
-        if not auth.may_read(self._keys, user, request.task_id, request.ticket):
-            text = (
-                f"public key {user} was not given task {request.task_id} by the "
-                "dispatcher (no valid read ticket)"
-            )
-            self._bad_input.warning("refused a read: %s", text)
-            self._reply_error((sock, peer, request), "PERMISSION_DENIED", text)
             return
         if request.rounds:
             self._add_round_request((sock, peer, request))
