@@ -119,7 +119,13 @@ class DispatcherConfig:
             file from ``zmqdata keygen``); with it the dispatcher only talks
             CurveZMQ (see docs/security.md). Requires ``curve_authorized_keys_dir``.
         curve_authorized_keys_dir: Directory of the public ``.key`` files of the
-            workers and consumers allowed to connect.
+            consumers (clients) allowed to connect; without
+            ``curve_worker_keys_dir``, of the workers too.
+        curve_worker_keys_dir: Directory of the public ``.key`` files allowed
+            to act as workers (register, heartbeat, get splits); with it, only
+            these keys may, and they may not make client requests unless
+            ``curve_authorized_keys_dir`` holds them too. ``None`` (default,
+            the old layout): every authorized key has both roles.
     """
 
     port: int = 0
@@ -137,6 +143,7 @@ class DispatcherConfig:
     metrics_port: int | None = None
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
+    curve_worker_keys_dir: str | None = None
 
     def __post_init__(self) -> None:
         _validate(
@@ -157,9 +164,15 @@ class DispatcherConfig:
                 "metrics_port": _optional(_port),
                 "curve_secret_key_file": _optional(_text),
                 "curve_authorized_keys_dir": _optional(_text),
+                "curve_worker_keys_dir": _optional(_text),
             },
         )
         _check_curve(self, "curve_authorized_keys_dir")
+        if self.curve_worker_keys_dir is not None and not self.secured:
+            raise ValueError(
+                "DispatcherConfig: curve_worker_keys_dir also requires "
+                "curve_secret_key_file, curve_authorized_keys_dir"
+            )
         if self.fault_tolerant_mode and self.work_dir is None:
             raise ValueError(
                 "DispatcherConfig: fault_tolerant_mode requires a work_dir"

@@ -40,6 +40,50 @@ def test_keygen_does_not_overwrite_without_force(tmp_path):
     assert (tmp_path / "zmqdata.key").read_bytes() != before
 
 
+def test_keygen_never_makes_the_secret_key_readable_by_others(tmp_path, monkeypatch):
+    """Under umask 0 too: the secret is 0600, or unreachable (in a 0700 directory)."""
+    seen = []
+    create = zmq.auth.create_certificates
+
+    def watched(directory, name):
+        public, secret = create(directory, name)
+        mode = stat.S_IMODE(os.stat(secret).st_mode)
+        seen.append((mode, stat.S_IMODE(os.stat(directory).st_mode)))
+        return public, secret
+
+    monkeypatch.setattr(zmq.auth, "create_certificates", watched)
+    keys = tmp_path / "keys"  # made by keygen, under umask 0: world-writable
+    old = os.umask(0)
+    try:
+        for args in ([], ["--force"]):
+            result = CliRunner().invoke(main, ["keygen", str(keys), *args])
+            assert result.exit_code == 0, result.output
+            mode = stat.S_IMODE(os.stat(keys / "zmqdata.key_secret").st_mode)
+            assert mode == 0o600
+    finally:
+        os.umask(old)
+    assert len(seen) == 2
+    assert all(not file & 0o077 or folder == 0o700 for file, folder in seen), seen
+    assert stat.S_IMODE(os.stat(keys / "zmqdata.key").st_mode) == 0o644
+    assert sorted(p.name for p in keys.iterdir()) == [
+        "zmqdata.key",
+        "zmqdata.key_secret",
+    ]
+
+
+def test_keygen_authorize_copies_the_public_key(tmp_path):
+    args = ["keygen", str(tmp_path / "k"), "--name", "w"]
+    targets = [tmp_path / "workers", tmp_path / "more" / "workers"]
+    for target in targets:
+        args += ["--authorize", str(target)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    public = (tmp_path / "k" / "w.key").read_bytes()
+    for target in targets:
+        assert (target / "w.key").read_bytes() == public
+        assert not (target / "w.key_secret").exists()
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -124,15 +168,14 @@ def test_a_keyed_dispatcher_binds_a_network_host_and_serves_keyed_status(tmp_pat
         assert proc.stop(signal.SIGTERM) == 0
 
 
-def test_up_with_keys_registers_its_workers(tmp_path):
-    runner = CliRunner()
-    assert (
-        runner.invoke(main, ["keygen", str(tmp_path), "--name", "server"]).exit_code
-        == 0
-    )
-    authorized = tmp_path / "authorized"
+@pytest.mark.parametrize("roles", [False, True], ids=["one-dir", "worker-keys-dir"])
+def test_up_with_keys_registers_its_workers(tmp_path, roles):
+    """Both layouts: the server key authorized, or in curve_worker_keys_dir."""
+    authorized, workers = tmp_path / "authorized", tmp_path / "workers"
     authorized.mkdir()
-    (authorized / "server.key").write_bytes((tmp_path / "server.key").read_bytes())
+    args = ["keygen", str(tmp_path), "--name", "server", "--authorize"]
+    args.append(str(workers if roles else authorized))
+    assert CliRunner().invoke(main, args).exit_code == 0
     keys = (
         f"  curve_secret_key_file: {tmp_path / 'server.key_secret'}\n"
         f"  curve_authorized_keys_dir: {authorized}\n"
@@ -141,6 +184,7 @@ def test_up_with_keys_registers_its_workers(tmp_path):
     config.write_text(
         "dispatcher:\n"
         + keys
+        + (f"  curve_worker_keys_dir: {workers}\n" if roles else "")
         + "worker:\n"
         + keys
         + f"  dispatcher_public_key_file: {tmp_path / 'server.key'}\n"

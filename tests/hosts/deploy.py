@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,16 +74,18 @@ class Keys:
 
     server: Path  # directory of server.key{,_secret}
     trainer: Path  # directory of trainer.key{,_secret}
-    authorized: Path
+    authorized: Path  # the client (trainer) keys
+    workers: Path  # the worker keys (server.key)
 
     @classmethod
     def make(cls, directory: Path) -> Keys:
-        keys = cls(directory / "keys", directory / "trainer-keys", directory / "auth")
-        keys.authorized.mkdir(parents=True)
-        for where, name in ((keys.server, "server"), (keys.trainer, "trainer")):
-            done = run("keygen", str(where), "--name", name)
+        keys = cls(*(directory / d for d in ("keys", "trainer-keys", "auth", "wk")))
+        for where, name, role in (
+            (keys.server, "server", keys.workers),
+            (keys.trainer, "trainer", keys.authorized),
+        ):
+            done = run("keygen", str(where), "--name", name, "--authorize", str(role))
             assert done.returncode == 0, done.stderr
-            shutil.copy(where / f"{name}.key", keys.authorized)
         return keys
 
     def trainer_env(self) -> dict[str, str]:
@@ -124,6 +125,7 @@ class Deployment:
             **self._edits,
             "/etc/zmqdata/keys": str(self.keys.server),
             "/etc/zmqdata/authorized": str(self.keys.authorized),
+            "/etc/zmqdata/worker-keys": str(self.keys.workers),
             **(changes or {}),
         }
         for old, new in edits.items():

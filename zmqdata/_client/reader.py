@@ -88,6 +88,8 @@ class _Failure:
 class _Task:
     task_id: int
     endpoint: str
+    ticket: bytes = b""
+    """CurveZMQ: the read ticket the dispatcher gave this client's key."""
     requests: dict[int, int] = field(default_factory=dict)
     """Requests in flight: request id -> elements asked for."""
     finished: bool = False
@@ -292,7 +294,7 @@ class Fetcher(PollLoop):
             listed.add(info["task_id"])
             if info["task_id"] not in self._tasks:
                 self._tasks[info["task_id"]] = _Task(
-                    info["task_id"], self._endpoint(info)
+                    info["task_id"], self._endpoint(info), info.get("ticket", b"")
                 )
         for task_id in list(self._tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
@@ -388,6 +390,7 @@ class Fetcher(PollLoop):
                 client_id=self._client_id,
                 max_elements=n,
                 trainer_id=self._options.trainer_id,
+                ticket=task.ticket,
             )
             try:
                 self._socket_for(task.endpoint).send(m.encode(request), zmq.NOBLOCK)

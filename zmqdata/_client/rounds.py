@@ -125,6 +125,7 @@ class RoundFetcher(Fetcher):
             max_elements=len(rounds),
             rounds=rounds,
             consumer_index=self._consumer_index,
+            ticket=self._tasks[task_id].ticket,
         )
         try:
             self._socket_for(endpoint).send(m.encode(request), zmq.NOBLOCK)

@@ -11,13 +11,19 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import DispatcherConfig
+from zmqdata._dispatcher.access import Access
 from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.state import DispatcherState, Outgoing
 from zmqdata._runtime import auth, ipc, metrics
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
-from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+from zmqdata.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ZmqDataError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +48,11 @@ class _DispatcherLoop(PollLoop):
         self.endpoint = ""
         self._bad_input = RateLimitedLog(logger)
         self._keys = auth.server_keys(
-            config.curve_secret_key_file, config.curve_authorized_keys_dir
+            config.curve_secret_key_file,
+            config.curve_authorized_keys_dir,
+            config.curve_worker_keys_dir,
         )
+        self._access = None if self._keys is None else Access(self._keys)
         self.tick_s = min(
             0.1,
             config.worker_timeout_ms / 4000,
@@ -87,31 +96,55 @@ class _DispatcherLoop(PollLoop):
             self.endpoint,
             " (CurveZMQ)" if self._keys else "",
         )
+        if self._keys is not None and self._keys.worker_dir is None:
+            logger.warning(
+                "no curve_worker_keys_dir: every key in %s may register as a "
+                "worker and receive every pipeline (docs/security.md, Upgrading "
+                "to roles)",
+                self._keys.authorized_dir,
+            )
 
     def on_readable(self, sock: zmq.Socket[Any]) -> None:
         for _ in range(MAX_BATCH):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames, user = auth.recv_from(sock, self._access is not None)
             except zmq.Again:
                 return
-            self._send(self._handle(frames))
+            self._send(self._handle(frames, user))
 
-    def _handle(self, frames: list[bytes]) -> list[Outgoing]:
+    def _handle(self, frames: list[bytes], user: str | None) -> list[Outgoing]:
+        """The replies to one message from the CURVE key ``user`` (None: plain)."""
         if len(frames) != 2:
             self._bad_input.warning("dropped a %d-frame message", len(frames))
             return []
         peer, payload = frames
         try:
             message = m.decode(payload)
+            if self._access is not None:
+                self._access.check(user, message)
         except (InvalidArgumentError, FailedPreconditionError) as error:
-            self.state.requests_total += 1
-            self.state.errors_total += 1
             self._bad_input.warning("bad request: %s", error.message)
-            return [(peer, m.Error(code=error.code, message=error.message))]
-        return self.state.handle(peer, message, time.monotonic())
+            return self._refuse(peer, 0, error)
+        except PermissionDeniedError as error:
+            self._bad_input.warning("refused: %s", error.message)
+            return self._refuse(peer, message.request_id, error)
+        outgoing = self.state.handle(peer, message, time.monotonic())
+        if self._access is None:
+            return outgoing
+        return self._access.sign(user, peer, outgoing)
+
+    def _refuse(
+        self, peer: bytes, request_id: int, error: ZmqDataError
+    ) -> list[Outgoing]:
+        self.state.requests_total += 1
+        self.state.errors_total += 1
+        reply = m.Error(request_id=request_id, code=error.code, message=error.message)
+        return [(peer, reply)]
 
     def on_tick(self, now: float) -> None:
         self._send(self.state.tick(now))
+        if self._access is not None:
+            self._access.forget(self.state.clients)
 
     def teardown(self) -> None:
         auth.release(self._keys)

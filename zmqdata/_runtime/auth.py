@@ -3,10 +3,16 @@
 Servers (dispatcher ROUTER, worker data ROUTERs) act as CURVE servers with the
 cluster's server key pair; a ``zmq.auth.thread.ThreadAuthenticator`` on the
 shared context (one per context, so reference-counted here) admits only the
-public keys found in the server's ``authorized_keys_dir``. Each authorized
-directory gets its own ZAP domain, so servers with different directories can
-share a process. Clients (consumers, and workers towards the dispatcher) act
-as CURVE clients with their own key pair and the server's public key.
+public keys found in the server's ``authorized_keys_dir`` (and, for the
+dispatcher, its ``worker_dir``). Each set of directories gets its own ZAP
+domain, so servers with different directories can share a process. Clients
+(consumers, and workers towards the dispatcher) act as CURVE clients with their
+own key pair and the server's public key.
+
+Roles: the ZAP handler sets each CURVE connection's ZMTP User-Id to the
+client's public key (Z85); ``recv_from`` reads it with each message, the
+dispatcher checks it against its key sets, and ``read_ticket`` binds a task to
+the client key the dispatcher gave it to, which a worker checks per request.
 
 CURVE failures are silent on a socket; ``handshake_monitor`` and
 ``check_handshake`` turn the client's authentication failures into
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import logging
 import os
 import threading
@@ -60,16 +67,30 @@ a reset. This many in a row, with no handshake succeeding, count as a denial."""
 
 @dataclass(frozen=True, slots=True)
 class ServerKeys:
-    """A server's key pair and the directory of client public keys it admits."""
+    """A server's key pair and the directories of the public keys it admits.
+
+    ``authorized_dir`` holds client keys; ``worker_dir`` (the dispatcher's
+    ``curve_worker_keys_dir``, None for workers and for configs without it)
+    the keys allowed to act as workers.
+    """
 
     public: bytes
     secret: bytes
     authorized_dir: str
+    worker_dir: str | None = None
 
     @property
     def domain(self) -> str:
-        digest = hashlib.sha256(self.authorized_dir.encode()).hexdigest()[:16]
+        dirs = f"{self.authorized_dir}\0{self.worker_dir or ''}"
+        digest = hashlib.sha256(dirs.encode()).hexdigest()[:16]
         return f"zmqdata-{digest}"
+
+    @property
+    def directories(self) -> str:
+        """The directories, for log lines."""
+        if self.worker_dir is None:
+            return self.authorized_dir
+        return f"{self.authorized_dir} or {self.worker_dir}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +126,33 @@ def _public_key(path: str, what: str) -> bytes:
     return public
 
 
+def _directory(path: str, what: str) -> str:
+    if not os.path.isdir(path):
+        raise ValueError(f"{what}: {path!r} is not a directory")
+    return os.path.abspath(path)
+
+
 def server_keys(
-    secret_key_file: str | None, authorized_dir: str | None
+    secret_key_file: str | None,
+    authorized_dir: str | None,
+    worker_dir: str | None = None,
 ) -> ServerKeys | None:
     """The server keys of a configuration (``None`` when CURVE is off)."""
     if secret_key_file is None:
         return None
     assert authorized_dir is not None  # the configs require both
     public, secret = _key_pair(secret_key_file, "curve_secret_key_file")
-    if not os.path.isdir(authorized_dir):
-        raise ValueError(
-            f"curve_authorized_keys_dir: {authorized_dir!r} is not a directory"
-        )
-    return ServerKeys(public, secret, os.path.abspath(authorized_dir))
+    return ServerKeys(
+        public,
+        secret,
+        _directory(authorized_dir, "curve_authorized_keys_dir"),
+        None if worker_dir is None else _directory(worker_dir, "curve_worker_keys_dir"),
+    )
+
+
+def public_keys(directory: str) -> frozenset[str]:
+    """The Z85 public keys of the ``*.key`` files in ``directory`` (User-Id form)."""
+    return frozenset(key.decode() for key in zmq.auth.load_certificates(directory))
 
 
 def client_keys(
@@ -242,6 +277,47 @@ def close_monitor(sock: zmq.Socket[Any], monitor: zmq.Socket[Any]) -> None:
     monitor.close(linger=0)
 
 
+# ---------------------------------------------------------------- roles
+
+
+def recv_from(sock: zmq.Socket[Any], secured: bool) -> tuple[list[bytes], str | None]:
+    """One message (``NOBLOCK``) and its sender's public key (Z85).
+
+    The key is None on a plain socket and on an ``inproc://`` link of a CURVE
+    server (no handshake: the peer is in this process). Raises ``zmq.Again``
+    when no message waits.
+    """
+    if not secured:
+        return sock.recv_multipart(zmq.NOBLOCK), None
+    parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    try:
+        user = parts[-1].get("User-Id")
+    except zmq.ZMQError:  # no handshake, no User-Id
+        return [part.bytes for part in parts], None
+    return [part.bytes for part in parts], str(user)
+
+
+def read_ticket(secret: bytes, task_id: int, user: str) -> bytes:
+    """Proof that the dispatcher gave task ``task_id`` to the client key ``user``.
+
+    An HMAC keyed by the cluster's server secret key, which the dispatcher and
+    every worker hold: the dispatcher hands it to the client in the
+    ``IterationState`` it answers that key with, the worker recomputes it.
+    """
+    key = hashlib.sha256(b"zmqdata read ticket\0" + secret).digest()
+    text = f"{task_id}:{user}".encode()
+    return hmac.new(key, text, hashlib.sha256).digest()[:16]
+
+
+def may_read(
+    keys: ServerKeys | None, user: str | None, task_id: int, ticket: bytes
+) -> bool:
+    """Whether ``user`` may read ``task_id`` (always, on plain and inproc links)."""
+    if keys is None or user is None:
+        return True
+    return hmac.compare_digest(ticket, read_ticket(keys.secret, task_id, user))
+
+
 # ---------------------------------------------------------------- authenticator
 
 
@@ -251,7 +327,7 @@ class _Authenticator(ThreadAuthenticator):
     def __init__(self) -> None:
         super().__init__(context())
         self.directories: dict[str, str] = {}
-        """Authorized-keys directory by ZAP domain (for the log lines)."""
+        """Authorized-keys directories by ZAP domain (for the log lines)."""
         self._peer = ""
         self._rejected = RateLimitedLog(logger)
 
@@ -288,11 +364,15 @@ def acquire(keys: ServerKeys | None) -> None:
         if _authenticator is None:
             _authenticator = _start_authenticator()
         _users += 1
-        _authenticator.directories[keys.domain] = keys.authorized_dir
+        _authenticator.directories[keys.domain] = keys.directories
         try:
             _authenticator.configure_curve(
                 domain=keys.domain, location=keys.authorized_dir
             )
+            if keys.worker_dir is not None:
+                _authenticator.certs.setdefault(keys.domain, {}).update(
+                    zmq.auth.load_certificates(keys.worker_dir)
+                )
         except BaseException:
             _release_locked()
             raise

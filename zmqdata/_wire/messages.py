@@ -290,6 +290,8 @@ class GetElements(Message):
     consumer_index: int | None = None
     trainer_id: str | None = None
     """Cross-trainer cache: whose read position to serve from."""
+    ticket: bytes = b""
+    """CurveZMQ: the task's read ticket from ``IterationState`` (see auth.read_ticket)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -123,10 +123,10 @@ class DataLoop(PollLoop):
             return
         for _ in range(MAX_BATCH):
             try:
-                received = sock.recv_multipart(zmq.NOBLOCK)
+                received, user = auth.recv_from(sock, self._keys is not None)
             except zmq.Again:
                 return
-            self._on_request(sock, received)
+            self._on_request(sock, received, user)
 
     def on_tick(self, now: float) -> None:
         for task_id in self._parked.task_ids():
@@ -134,7 +134,10 @@ class DataLoop(PollLoop):
         for task_id in list(self._rounds):
             self._release_rounds(task_id)
 
-    def _on_request(self, sock: zmq.Socket[Any], received: list[bytes]) -> None:
+    def _on_request(
+        self, sock: zmq.Socket[Any], received: list[bytes], user: str | None
+    ) -> None:
+        """Serves or parks one request from the CURVE key ``user`` (None: plain)."""
         if len(received) != 2:
             self._bad_input.warning("dropped a %d-frame message", len(received))
             return
@@ -147,6 +150,16 @@ class DataLoop(PollLoop):
             sock.send_multipart(
                 [peer, m.encode(m.Error(code=error.code, message=error.message))]
             )
+            return
+        if isinstance(request, m.GetElements) and not auth.may_read(
+            self._keys, user, request.task_id, request.ticket
+        ):
+            text = (
+                f"public key {user} was not given task {request.task_id} by the "
+                "dispatcher (no valid read ticket)"
+            )
+            self._bad_input.warning("refused a read: %s", text)
+            self._reply_error((sock, peer, request), "PERMISSION_DENIED", text)
             return
         if not isinstance(request, m.GetElements) or request.max_elements < 1:
             error_reply = m.Error(
