@@ -108,7 +108,7 @@ def test_a_message_of_a_million_empty_maps_costs_little(cluster, sockets, role):
 
 def test_a_pipeline_over_the_cap_is_refused_naming_size_and_cap(cluster, sockets):
     c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1 * MiB})
-    ds = zd.Dataset.from_tensor_slices(np.zeros(2 * MiB, np.uint8))
+    ds = zd.Dataset.from_tensor_slices(np.zeros(3 * MiB // 2, np.uint8))
     with pytest.raises(InvalidArgumentError) as raised:
         service.register_dataset(c.target, ds)
     text = str(raised.value)
@@ -119,6 +119,17 @@ def test_a_pipeline_over_the_cap_is_refused_naming_size_and_cap(cluster, sockets
     assert "files" in text
     small = zd.Dataset.from_tensor_slices(np.arange(1000))
     assert service.register_dataset(c.target, small)
+    exactly_once(c.target)
+
+
+def test_a_request_far_over_the_cap_is_refused_without_decoding(cluster):
+    """The reply names the request (the client does not wait for a timeout)."""
+    c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1 * MiB})
+    ds = zd.Dataset.from_tensor_slices(np.zeros(64 * MiB, np.uint8))
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match="over this dispatcher's limit"):
+        service.register_dataset(c.target, ds)
+    assert time.monotonic() - started < 5.0
     exactly_once(c.target)
 
 

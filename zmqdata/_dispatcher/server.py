@@ -28,6 +28,8 @@ from zmqdata.errors import (
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
+REQUEST_OVERHEAD_BYTES = 1 << 20
+"""What a request may hold besides its pipeline (element spec, fields)."""
 
 
 def _incarnation(work_dir: Path) -> str:
@@ -118,6 +120,17 @@ class _DispatcherLoop(PollLoop):
             self._bad_input.warning("dropped a %d-frame message", len(frames))
             return []
         peer, payload = frames
+        limit = self.config.max_pipeline_bytes + REQUEST_OVERHEAD_BYTES
+        if len(payload) > limit:  # refused without decoding: no long stall
+            error = InvalidArgumentError(
+                f"a request of {len(payload)} bytes is over this dispatcher's "
+                f"limit of {limit} (DispatcherConfig.max_pipeline_bytes="
+                f"{self.config.max_pipeline_bytes} plus {REQUEST_OVERHEAD_BYTES} "
+                "bytes): read large data from files in the pipeline instead of "
+                "embedding it"
+            )
+            self._bad_input.warning("refused: %s", error.message)
+            return self._refuse(peer, m.peek_request_id(payload), error)
         try:
             message = m.decode(payload)
             if self._access is not None:
