@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from zmqdata._client.api import (
     CrossTrainerCache,
-    ShardingPolicy,
     distribute,
     from_dataset_id,
     get_status,
@@ -23,6 +22,7 @@ from zmqdata._client.api import (
 from zmqdata._config import DispatcherConfig, WorkerConfig
 from zmqdata._dataset.constants import SHARD_HINT
 from zmqdata._dispatcher.server import DispatchServer
+from zmqdata._wire.modes import ShardingPolicy
 from zmqdata._worker.server import WorkerServer
 
 __all__ = [

@@ -11,12 +11,12 @@ import zmqdata as zd
 from zmqdata._dataset import graph
 from zmqdata._dataset.constants import SHARD_HINT
 from zmqdata._dataset.node import make_iterator
+from zmqdata._wire.modes import STATIC
 from zmqdata._worker.sharding import (
     DATA,
     FILE,
     FILE_OR_DATA,
     HINT,
-    is_static,
     static_shard,
 )
 from zmqdata.errors import InvalidArgumentError
@@ -56,7 +56,7 @@ def read_lines(path: Any) -> zd.Dataset:
 
 
 def test_static_policies():
-    assert [is_static(mode) for mode in range(6)] == [False, False] + [True] * 4
+    assert [mode in STATIC for mode in range(6)] == [False, False] + [True] * 4
 
 
 def test_data_shards_the_output_round_robin():

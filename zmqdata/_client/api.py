@@ -6,7 +6,6 @@ Arguments are validated before anything contacts the network, with the
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,26 +26,9 @@ from zmqdata._dataset.ops import OPS
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
+from zmqdata._wire.modes import ShardingPolicy
 from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
-
-
-class ShardingPolicy(enum.IntEnum):
-    """How a job's data is split between workers (tf.data's ``ShardingPolicy``).
-
-    ``OFF``: every worker produces the whole dataset. ``DYNAMIC``: the
-    dispatcher hands out splits of the source, each to one worker. ``FILE``,
-    ``DATA``, ``FILE_OR_DATA``, ``HINT``: static sharding over
-    ``DispatcherConfig.worker_addresses``.
-    """
-
-    OFF = 0
-    DYNAMIC = 1
-    FILE = 2
-    DATA = 3
-    FILE_OR_DATA = 4
-    HINT = 5
-
 
 _MODES = {
     "parallel_epochs": ShardingPolicy.OFF,

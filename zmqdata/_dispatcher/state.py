@@ -33,6 +33,7 @@ from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
+from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -47,9 +48,7 @@ logger = logging.getLogger(__name__)
 Outgoing = tuple[bytes, m.Message]
 Handler = Callable[[bytes, Any, float], list[Outgoing]]
 
-OFF, DYNAMIC = 0, 1
-STATIC = (2, 3, 4, 5)
-"""FILE, DATA, FILE_OR_DATA, HINT: sharded over ``DispatcherConfig.worker_addresses``."""
+OFF, DYNAMIC = ShardingPolicy.OFF, ShardingPolicy.DYNAMIC
 PORT_PLACEHOLDER = "%port%"
 ROUND_MARGIN = 1024
 """Coordinated reads: rounds promised ahead of the furthest consumer."""
@@ -64,8 +63,10 @@ def split_size(num_elements: int) -> int:
 
 def mode_name(mode: int) -> str:
     """``parallel_epochs`` / ``distributed_epoch`` or the ShardingPolicy name."""
-    names = {0: "parallel_epochs", 1: "distributed_epoch", 2: "FILE", 3: "DATA"}
-    return names.get(mode, {4: "FILE_OR_DATA", 5: "HINT"}.get(mode, str(mode)))
+    try:
+        return ShardingPolicy(mode).display_name
+    except ValueError:
+        return str(mode)
 
 
 def _check_endpoint(name: str, endpoint: str) -> None:

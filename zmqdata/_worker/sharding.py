@@ -22,16 +22,15 @@ import numpy as np
 from zmqdata._dataset.iterator import IterContext, ListSplitProvider
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import InvalidArgumentError
 
-FILE, DATA, FILE_OR_DATA, HINT = 2, 3, 4, 5
-STATIC = frozenset((FILE, DATA, FILE_OR_DATA, HINT))
-"""The static sharding policies (ShardingPolicy values)."""
-
-
-def is_static(processing_mode: int) -> bool:
-    """Whether ``processing_mode`` is a static sharding policy."""
-    return processing_mode in STATIC
+FILE, DATA, FILE_OR_DATA, HINT = (
+    ShardingPolicy.FILE,
+    ShardingPolicy.DATA,
+    ShardingPolicy.FILE_OR_DATA,
+    ShardingPolicy.HINT,
+)
 
 
 def static_shard(

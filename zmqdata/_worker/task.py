@@ -24,6 +24,7 @@ from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
+from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
@@ -31,7 +32,6 @@ from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
 
 logger = logging.getLogger(__name__)
 
-DYNAMIC = 1
 INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 1024
 BUFFER_BYTES = 64 * 2**20
@@ -216,7 +216,7 @@ class TaskRunner:
         try:
             root = graph.deserialize(self._task["pipeline"])
             ctx = IterContext()
-            if self._task["processing_mode"] == DYNAMIC:
+            if self._task["processing_mode"] == ShardingPolicy.DYNAMIC:
                 provider = RemoteSplitProvider(
                     self._dispatcher,
                     self._task["iteration_id"],
@@ -228,7 +228,7 @@ class TaskRunner:
                 ctx = IterContext(
                     split_source=find_split_source(root), split_provider=provider
                 )
-            elif sharding.is_static(self._task["processing_mode"]):
+            elif self._task["processing_mode"] in STATIC:
                 root, ctx = sharding.static_shard(
                     root,
                     self._task["processing_mode"],
