@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-hosts demo lint type bench bench-compare soak clean
+.PHONY: test test-quick test-hosts demo lint type bench bench-compare soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 # it is skipped with a loud line (ZMQDATA_NO_NETNS=1 skips it on purpose).
 test: $(STAMP)
 	$(PY) -m pytest tests zmqdata cli -q
+
+# The suite without the slow process-churn, chaos and soak tests (CI runs them all).
+test-quick: $(STAMP)
+	$(PY) -m pytest tests zmqdata cli -q -m 'not slow'
 
 test-hosts: $(STAMP)
 	$(PY) -m pytest tests/hosts -q

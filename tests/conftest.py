@@ -1,12 +1,15 @@
-"""Shared fixtures: an in-process service cluster factory."""
+"""Shared fixtures: an in-process service cluster factory, a thread-leak check."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from zmq.utils.garbage import GarbageCollectorThread
 
+from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 
 
@@ -25,3 +28,28 @@ def cluster() -> Iterator[Callable[..., Cluster]]:
     yield make
     for each in reversed(made):
         each.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    """Every test ends with the threads it started ended (servers, readers, pools).
+
+    A thread still running 5 s after the test fails it, named. pyzmq's
+    zero-copy garbage collector thread lives as long as the process, by design.
+    """
+    before = set(threading.enumerate())
+    yield
+
+    def leaked() -> list[str]:
+        return sorted(
+            thread.name
+            for thread in threading.enumerate()
+            if thread not in before
+            and thread.is_alive()
+            and not isinstance(thread, GarbageCollectorThread)
+        )
+
+    try:
+        poll_for(lambda: not leaked(), timeout=5.0)
+    except AssertionError:
+        pytest.fail(f"threads left running: {leaked()}")

@@ -34,6 +34,7 @@ from tests.service.test_dispatcher_kill import (
 )
 from zmqdata import service
 
+pytestmark = pytest.mark.slow
 TRIALS = int(os.environ.get("ZMQDATA_CHAOS_TRIALS", "6"))
 N = 6_000
 READ_DEADLINE_S = 30.0

@@ -29,7 +29,7 @@ from zmqdata._dispatcher.state import split_size
 from zmqdata._worker.task import BUFFER_BYTES, BUFFER_ITEMS
 
 WORKER_TIMEOUT_MS = 500
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 
 class ProcCluster:

@@ -6,6 +6,8 @@ import signal
 from collections import Counter
 from contextlib import ExitStack
 
+import pytest
+
 import zmqdata as zd
 from tests.cli.procs import zmqdata
 from tests.dataset.checks import ints
@@ -14,6 +16,8 @@ from tests.service.cluster import free_port
 from zmqdata import service
 from zmqdata._dispatcher.state import split_size
 from zmqdata._worker.task import BUFFER_ITEMS
+
+pytestmark = pytest.mark.slow
 
 
 def start_dispatcher(stack: ExitStack, port: int, work_dir: str, *more: str):
