@@ -97,7 +97,6 @@ class IterContext:
     split_source: Node | None = None
     split_provider: SplitProvider | None = None
     shard_hint: tuple[int, int] | None = None
-    epochs: dict[int, int] = field(default_factory=dict)
     passes: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def provider_for(self, node: Node) -> SplitProvider | None:

@@ -162,12 +162,3 @@ class MetricsServer:
             logger.warning(
                 "%s did not stop in %.0f s", self._thread.name, JOIN_TIMEOUT_S
             )
-
-
-def scrape_text(collect: Callable[[], Iterable[Metric]]) -> str:
-    """The exposition text ``collect`` would serve (for tests and debugging)."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(collect))
-    return generate_latest(registry).decode()

@@ -51,7 +51,6 @@ class TaskBuffer:
         self._cond = threading.Condition()
         self._done = False
         self.error: tuple[str, str] | None = None
-        self.produced = 0
 
     def put(
         self, item: Raw | Encoded, nbytes: int, stop: threading.Event | None = None
@@ -71,7 +70,6 @@ class TaskBuffer:
             was_empty = not self._items
             self._items.append((item, nbytes))
             self._bytes += nbytes
-            self.produced += 1
             return was_empty
 
     def take(self, max_items: int) -> list[Raw | Encoded]:
