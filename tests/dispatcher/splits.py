@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from zmqdata._dispatcher.records import ClusterRecords
+from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 
 
 def next_split_request(
-    state: ClusterRecords, iteration_id: int, repetition: int = 0, index: int = 0
+    state: DispatcherState, iteration_id: int, repetition: int = 0, index: int = 0
 ) -> m.GetSplit:
     """The next ``GetSplit`` of the iteration's ``index``-th task (none: task 0)."""
-    iteration = state.iterations.get(iteration_id)
+    iteration = state.records.iterations.get(iteration_id)
     tasks = list(iteration.tasks.values()) if iteration else []
     task = tasks[index] if index < len(tasks) else None
     if task is None:

@@ -16,10 +16,10 @@ from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import journal as journal_module
 from zmqdata._dispatcher import snapshot
-from zmqdata._dispatcher.journal import Journal, encode_event
+from zmqdata._dispatcher.journal import Journal, JournalSink, encode_event
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
-from zmqdata.errors import FailedPreconditionError
+from zmqdata.errors import FailedPreconditionError, UnavailableError
 
 EVENTS: list[ev.Event] = [
     ev.WorkerRegistered(1, b"peer", "h:1", "tcp://h:1", ("a", "b"), "p", "", 0.5, None),
@@ -65,7 +65,7 @@ def dynamic_job_with_splits(
     Returns the state and the request for the job's next split.
     """
     config = DispatcherConfig(work_dir=str(journal.directory), fault_tolerant_mode=True)
-    live = DispatcherState(config, journal)
+    live = DispatcherState(config, JournalSink(journal))
     register = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
     live.handle(b"w", register, 0.0)
     pipeline = graph.serialize(zd.Dataset.range(1_000)._node)
@@ -87,15 +87,17 @@ def reopened(work_dir: Path) -> Iterator[DispatcherState]:
     """The state a restarted dispatcher rebuilds from ``work_dir``."""
     config = DispatcherConfig(work_dir=str(work_dir), fault_tolerant_mode=True)
     with Journal(str(work_dir)) as journal:
-        yield DispatcherState(config, journal, now=100.0)
+        yield DispatcherState(config, JournalSink(journal), now=100.0)
 
 
 def test_a_state_replayed_from_its_journal_equals_the_live_one(tmp_path):
     with Journal(str(tmp_path)) as journal:
         live, split = dynamic_job_with_splits(journal, 3)
     with reopened(tmp_path) as replayed:
-        assert tables(replayed) == tables(live)
-        assert replayed.workers[1].last_seen == 100.0  # clocks restart at replay
+        assert tables(replayed.records) == tables(live.records)
+        assert (
+            replayed.records.workers[1].last_seen == 100.0
+        )  # clocks restart at replay
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
     assert reply.split == [3 * 15, 4 * 15]  # the 4th split: none handed out twice
 
@@ -112,19 +114,53 @@ def test_compaction_snapshots_the_state_and_starts_a_short_journal(
     generation = journal.generation
     assert files == [f"journal-{generation}.log", f"snapshot-{generation}.msgpack"]
     with reopened(tmp_path) as replayed:
-        assert tables(replayed) == tables(live)
+        assert tables(replayed.records) == tables(live.records)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
     assert reply.split == [40 * 15, 41 * 15]  # the 41st split: none handed out twice
+
+
+def test_a_failed_compaction_keeps_the_generation_and_is_retried(
+    tmp_path, monkeypatch, caplog
+):
+    """The sink owns the policy: it compacts when due, and again after a failure."""
+    monkeypatch.setattr(journal_module, "COMPACT_MIN_EVENTS", 2)
+    with Journal(str(tmp_path)) as journal:
+        sink = JournalSink(journal)
+        records = sink.restore(now=0.0)
+        compact, attempts = journal.compact, []
+
+        def full_disk_once(data: bytes) -> None:
+            attempts.append(data)
+            if len(attempts) == 1:
+                raise UnavailableError("no space left")
+            compact(data)
+
+        monkeypatch.setattr(journal, "compact", full_disk_once)
+        for worker_id in (1, 2, 3):
+            address = f"h:{worker_id}"
+            event = ev.WorkerRegistered(
+                worker_id, b"p", address, f"tcp://{address}", (), "", "", 0.0, None
+            )
+            sink.append(event)
+            records.apply(event)
+            sink.applied(records)
+            assert journal.generation == (0 if worker_id < 3 else 1)
+        assert len(attempts) == 2
+        assert "journal compaction failed, retried later" in caplog.text
+    with Journal(str(tmp_path)) as journal:
+        restored = JournalSink(journal).restore(now=5.0)
+    assert sorted(restored.workers) == [1, 2, 3]
+    assert {w.last_seen for w in restored.workers.values()} == {5.0}
 
 
 def test_a_crash_between_snapshot_and_new_journal_applies_nothing_twice(tmp_path):
     with Journal(str(tmp_path)) as journal:
         live, split = dynamic_job_with_splits(journal, 5)
     # The crash: the next generation's snapshot is in place, the old journal too.
-    (tmp_path / "snapshot-1.msgpack").write_bytes(snapshot.dump(live))
+    (tmp_path / "snapshot-1.msgpack").write_bytes(snapshot.dump(live.records))
     (tmp_path / "snapshot-2.msgpack.tmp").write_bytes(b"half a snapsh")
     with reopened(tmp_path) as replayed:
-        assert tables(replayed) == tables(live)
+        assert tables(replayed.records) == tables(live.records)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
     assert reply.split == [5 * 15, 6 * 15]
     assert not (tmp_path / "journal-0.log").exists()
@@ -136,7 +172,7 @@ def test_retried_requests_are_answered_as_before_also_after_a_restart(tmp_path):
     request) finds the job, the consumer and the split the first attempt made."""
     with Journal(str(tmp_path)) as journal:
         live, _ = dynamic_job_with_splits(journal, 0)
-        dataset_id = next(iter(live.datasets))
+        dataset_id = next(iter(live.records.datasets))
         job_request = m.GetOrCreateJob(dataset_id=dataset_id, processing_mode=1)
         [(_, job)] = live.handle(b"c", job_request, 0.5)
         join = m.GetOrCreateIteration(job_id=job.job_id, repetition=0)
@@ -148,7 +184,7 @@ def test_retried_requests_are_answered_as_before_also_after_a_restart(tmp_path):
         assert again.job_id == job.job_id
         rejoined = replayed.handle(b"c", join, 100.0)[0][1]
         assert rejoined.client_id == joined.client_id
-        assert len(replayed.clients) == len(live.clients)
+        assert len(replayed.records.clients) == len(live.records.clients)
         [(_, same)] = replayed.handle(b"w", split, 100.0)
         assert same.split == first.split
         [(_, following)] = replayed.handle(

@@ -20,6 +20,7 @@ from zmqdata._dispatcher.journal import (
     MAGIC,
     Journal,
     JournalCorruptError,
+    JournalSink,
     encode_event,
     repair,
 )
@@ -136,12 +137,18 @@ def test_a_journal_without_checksums_is_replayed_and_rewritten_at_once(tmp_path)
     )
     config = DispatcherConfig(work_dir=str(tmp_path), fault_tolerant_mode=True)
     with Journal(str(tmp_path)) as journal:
-        assert set(DispatcherState(config, journal).datasets) == {"a", "b"}
+        assert set(DispatcherState(config, JournalSink(journal)).records.datasets) == {
+            "a",
+            "b",
+        }
         assert journal.generation == 1  # compacted: a snapshot and a new journal
     assert not (tmp_path / "journal-0.log").exists()
     assert (tmp_path / "journal-1.log").read_bytes() == MAGIC
     with Journal(str(tmp_path)) as journal:
-        assert set(DispatcherState(config, journal).datasets) == {"a", "b"}
+        assert set(DispatcherState(config, JournalSink(journal)).records.datasets) == {
+            "a",
+            "b",
+        }
 
 
 # ------------------------------------------------------------------ a full disk
@@ -192,7 +199,15 @@ def end_journal_on_a_page(state: DispatcherState, journal: Journal) -> int:
     """
     for length in range(1, 2 * 4096):
         event = ev.WorkerRegistered(
-            state.next_id, b"p", "x" * length, "tcp://h:9", (), "", "", 0.0, None
+            state.records.next_id,
+            b"p",
+            "x" * length,
+            "tcp://h:9",
+            (),
+            "",
+            "",
+            0.0,
+            None,
         )
         if (journal._valid_bytes + len(encode_event(event))) % 4096 == 0:
             register = m.RegisterWorker(
@@ -212,7 +227,7 @@ def test_a_full_disk_fails_the_request_cleanly_and_loses_nothing(tiny_disk):
     # Constants of 32 KiB: more than the slack in the journal's last page.
     pipeline = graph.serialize(zd.Dataset.from_tensor_slices(np.zeros(4096))._node)
     with Journal(str(work_dir)) as journal:
-        state = DispatcherState(config, journal)
+        state = DispatcherState(config, JournalSink(journal))
         worker_id = end_journal_on_a_page(state, journal)
         filler = fill(tiny_disk)
         request = m.GetOrRegisterDataset(request_id=3, pipeline=pipeline)
@@ -220,17 +235,18 @@ def test_a_full_disk_fails_the_request_cleanly_and_loses_nothing(tiny_disk):
         assert isinstance(failed, m.Error)
         assert failed.code == "UNAVAILABLE"
         assert "cannot be written" in failed.message
-        assert state.datasets == {}  # not applied
+        assert state.records.datasets == {}  # not applied
         assert state.tick(5.0) == []  # the worker's removal cannot be journaled...
-        assert worker_id in state.workers  # ...so it waits, the loop lives
+        assert worker_id in state.records.workers  # ...so it waits, the loop lives
         filler.unlink()
         [(_, registered)] = state.handle(b"c", request, 0.2)
         assert isinstance(registered, m.GetOrRegisterDatasetReply)
         state.tick(5.0)
-        assert state.workers == {}
-        live = tables(state)
+        assert state.records.workers == {}
+        live = tables(state.records)
     with Journal(str(work_dir)) as journal:
-        assert tables(DispatcherState(config, journal)) == live
+        replayed = DispatcherState(config, JournalSink(journal))
+        assert tables(replayed.records) == live
 
 
 def test_the_file_stays_readable_after_a_failed_append(tiny_disk):

@@ -10,21 +10,30 @@ from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher.records import ClusterRecords
+from zmqdata._dispatcher.records import ClusterRecords, NoJournal
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 
 OFF, DYNAMIC = 0, 1
 
 
-class RecordingState(DispatcherState):
-    def __init__(self, config: DispatcherConfig) -> None:
-        self.log: list[ev.Event] = []
-        super().__init__(config)
+class RecordingSink(NoJournal):
+    """Keeps every event in ``log``, as a journal would before applying it."""
 
-    def apply(self, event: ev.Event) -> None:
+    def __init__(self) -> None:
+        self.log: list[ev.Event] = []
+
+    def append(self, event: ev.Event) -> None:
         self.log.append(event)
-        super().apply(event)
+
+
+class RecordingState(DispatcherState):
+    """A state whose sink records its events (``log``)."""
+
+    def __init__(self, config: DispatcherConfig) -> None:
+        sink = RecordingSink()
+        super().__init__(config, sink)
+        self.log = sink.log
 
 
 def tables(records: ClusterRecords) -> dict[str, Any]:
@@ -101,11 +110,11 @@ def test_replaying_the_event_log_rebuilds_the_state():
     replayed = ClusterRecords()
     for event in state.log:
         replayed.apply(event)
-    assert tables(replayed) == tables(state)
+    assert tables(replayed) == tables(state.records)
     # The finished, released unnamed job is forgotten; the named one stays.
-    assert second.iteration_id not in state.iterations
-    assert len(state.jobs) == 1
-    assert state.iterations[first.iteration_id].split_repetition == 1
+    assert second.iteration_id not in state.records.iterations
+    assert len(state.records.jobs) == 1
+    assert state.records.iterations[first.iteration_id].split_repetition == 1
 
 
 def collected_static_job() -> tuple[RecordingState, m.IterationState]:
@@ -125,7 +134,7 @@ def collected_static_job() -> tuple[RecordingState, m.IterationState]:
         ).worker_id
         for address in ("h:1", "g:1", "h:2")
     }
-    assert [w.index for w in state.workers.values()] == [0, None, 1]
+    assert [w.index for w in state.records.workers.values()] == [0, None, 1]
     pipeline = graph.serialize(zd.Dataset.range(10)._node)
     dataset = one(state, m.GetOrRegisterDataset(pipeline=pipeline), b"c", 0.0)
     static = m.GetOrCreateJob(
@@ -141,7 +150,7 @@ def collected_static_job() -> tuple[RecordingState, m.IterationState]:
         for worker_id in workers.values():
             one(state, m.WorkerHeartbeat(worker_id=worker_id), b"w", now)
         state.tick(now=now)
-    assert state.iterations[first.iteration_id].collected
+    assert state.records.iterations[first.iteration_id].collected
     again = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 2.1)
     assert again.iteration_id != first.iteration_id
     return state, first
@@ -153,7 +162,7 @@ def test_replay_rebuilds_worker_indices_and_collected_iterations():
     replayed = ClusterRecords()
     for event in state.log:
         replayed.apply(event)
-    assert tables(replayed) == tables(state)
+    assert tables(replayed) == tables(state.records)
     assert replayed.collected_clients == {first.client_id: first.iteration_id}
 
 
@@ -178,20 +187,32 @@ def test_unnamed_jobs_are_forgotten_once_over_so_tables_stay_bounded():
         heartbeat = m.ClientHeartbeat(client_id=it.client_id, finished_tasks=done)
         one(state, heartbeat, b"c", 0.2)
         one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.3)
-    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
+    assert (state.records.jobs, state.records.iterations, state.records.tasks) == (
+        {},
+        {},
+        {},
+    )
     job = one(state, unnamed, b"c", 0.4).job_id  # left early: released at once
     it = one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.4)
-    assert state.tasks
+    assert state.records.tasks
     one(state, m.ReleaseIterationClient(client_id=it.client_id), b"c", 0.5)
-    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
+    assert (state.records.jobs, state.records.iterations, state.records.tasks) == (
+        {},
+        {},
+        {},
+    )
     job = one(state, unnamed, b"c", 0.6).job_id  # its consumer timed out
     one(state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.6)
     for now in (1.0, 6.0, 11.0):
         one(state, m.WorkerHeartbeat(worker_id=worker), b"w", now)
         state.tick(now=now)
-    assert (state.jobs, state.iterations, state.tasks) == ({}, {}, {})
-    assert state.collected_clients == {}
+    assert (state.records.jobs, state.records.iterations, state.records.tasks) == (
+        {},
+        {},
+        {},
+    )
+    assert state.records.collected_clients == {}
     replayed = ClusterRecords()
     for event in state.log:
         replayed.apply(event)
-    assert tables(replayed) == tables(state)
+    assert tables(replayed) == tables(state.records)

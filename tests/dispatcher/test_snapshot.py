@@ -51,12 +51,15 @@ def coordinated_job() -> RecordingState:
 def test_a_loaded_snapshot_equals_the_live_state(build):
     live = build()
     loaded = ClusterRecords()
-    snapshot.load(loaded, snapshot.dump(live))
-    assert tables(loaded) == tables(live)
+    snapshot.load(loaded, snapshot.dump(live.records))
+    assert tables(loaded) == tables(live.records)
     assert [w.peer for w in loaded.workers.values()] == [
-        w.peer for w in live.workers.values()
+        w.peer for w in live.records.workers.values()
     ]
-    for dataset_id, dataset in live.datasets.items():  # nodes compare by identity
+    for (
+        dataset_id,
+        dataset,
+    ) in live.records.datasets.items():  # nodes compare by identity
         assert repr(loaded.datasets[dataset_id].split_source) == repr(
             dataset.split_source
         )
@@ -67,11 +70,11 @@ def test_a_loaded_snapshot_equals_the_live_state(build):
 
 def test_the_coordinated_schedule_survives():
     live = coordinated_job()
-    [iteration] = live.iterations.values()
+    [iteration] = live.records.iterations.values()
     assert len(iteration.schedule) == 2
     assert iteration.horizon > 0
     loaded = ClusterRecords()
-    snapshot.load(loaded, snapshot.dump(live))
+    snapshot.load(loaded, snapshot.dump(live.records))
     assert loaded.iterations[iteration.iteration_id].schedule == iteration.schedule
     assert loaded.iterations[iteration.iteration_id].horizon == iteration.horizon
 

@@ -11,7 +11,8 @@ import zmqdata as zd
 from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
-from zmqdata._dispatcher.state import DispatcherState, split_size
+from zmqdata._dispatcher.splits import split_size
+from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 from zmqdata._wire.specs import decode_spec, encode_spec
 
@@ -163,11 +164,14 @@ def test_workers_get_distinct_ids_and_time_out(state):
     assert a.worker_id != b.worker_id
     assert heartbeat(state, "a:1", a.worker_id, [], now=0.9).request_id == 2
     state.tick(now=1.2)  # b silent for 0.7 s, a for 0.3 s
-    assert sorted(w.worker_address for w in state.workers.values()) == ["a:1", "b:1"]
+    assert sorted(w.worker_address for w in state.records.workers.values()) == [
+        "a:1",
+        "b:1",
+    ]
     state.tick(now=1.6)  # b silent for 1.1 s
-    assert [w.worker_address for w in state.workers.values()] == ["a:1"]
+    assert [w.worker_address for w in state.records.workers.values()] == ["a:1"]
     state.tick(now=2.0)
-    assert state.workers == {}
+    assert state.records.workers == {}
 
 
 def test_heartbeat_of_an_unknown_worker_asks_it_to_register_again(state):
@@ -187,10 +191,10 @@ def test_reregistering_an_address_replaces_the_old_worker(state):
     assert again.worker_id == old.worker_id
     assert [t["task_id"] for t in again.tasks] == [old_task]
     new = register_worker(state, "a:1", now=0.1, peer=b"restarted")
-    assert list(state.workers) == [new.worker_id]
+    assert list(state.records.workers) == [new.worker_id]
     [new_task] = [t["task_id"] for t in new.tasks]
     assert new_task != old_task
-    assert old.worker_id not in state.workers
+    assert old.worker_id not in state.records.workers
 
 
 @pytest.mark.parametrize(
@@ -215,7 +219,7 @@ def test_worker_with_a_bad_endpoint_is_refused(state, data_address, inproc_addre
         ),
     )
     assert answer.code == "INVALID_ARGUMENT"
-    assert state.workers == {}
+    assert state.records.workers == {}
 
 
 def test_status_lists_workers_with_their_task_counts(state):
@@ -235,14 +239,14 @@ def test_equal_pipelines_share_one_dataset_id(state):
     first = register_dataset(state, RANGE_10)
     assert register_dataset(state, pipeline(zd.Dataset.range(10))) == first
     assert register_dataset(state, RANGE_20) != first
-    assert len(state.datasets) == 2
+    assert len(state.records.datasets) == 2
 
 
 def test_requested_dataset_id_is_kept_and_reregistering_is_a_noop(state):
     assert register_dataset(state, RANGE_10, dataset_id="mine") == "mine"
     assert register_dataset(state, RANGE_10, dataset_id="mine") == "mine"
     assert register_dataset(state, RANGE_10) == "mine"  # found by fingerprint
-    assert list(state.datasets) == ["mine"]
+    assert list(state.records.datasets) == ["mine"]
 
 
 def test_requested_id_with_a_different_pipeline_is_an_invalid_argument(state):
@@ -253,15 +257,15 @@ def test_requested_id_with_a_different_pipeline_is_an_invalid_argument(state):
     )
     assert answer.code == "INVALID_ARGUMENT"
     assert "'mine'" in answer.message
-    assert state.datasets["mine"].pipeline == RANGE_10
+    assert state.records.datasets["mine"].pipeline == RANGE_10
 
 
 def test_generated_ids_never_reuse_a_requested_id(state):
     requested = [register_dataset(state, RANGE_10, dataset_id=str(i)) for i in (1, 2)]
     others = [register_dataset(state, pipeline(zd.Dataset.range(n))) for n in (3, 4)]
     assert len(set(requested + others)) == 4
-    assert state.datasets["1"].pipeline == RANGE_10
-    assert len(state.datasets) == 4
+    assert state.records.datasets["1"].pipeline == RANGE_10
+    assert len(state.records.datasets) == 4
 
 
 def test_dataset_info_returns_the_spec_and_unknown_ids_are_not_found(state):
@@ -283,7 +287,7 @@ def test_dataset_info_returns_the_spec_and_unknown_ids_are_not_found(state):
 def test_garbage_pipeline_is_answered_with_an_error(state):
     answer = error(state, m.GetOrRegisterDataset(request_id=4, pipeline=b"\xc1garbage"))
     assert answer.code == "INVALID_ARGUMENT"
-    assert state.datasets == {}
+    assert state.records.datasets == {}
 
 
 # ------------------------------------------------------------------ jobs
@@ -318,7 +322,7 @@ def test_same_job_name_with_different_parameters_is_an_error(state):
         assert answer.code == "INVALID_ARGUMENT"
         assert "'shared'" in answer.message
         assert "different parameters" in answer.message
-    assert len(state.jobs) == 1
+    assert len(state.records.jobs) == 1
 
 
 def test_job_for_an_unknown_dataset_is_not_found(state):
@@ -442,7 +446,7 @@ def test_lost_worker_removes_its_tasks_and_the_rest_can_finish(state):
     heartbeat(state, "a:1", a.worker_id, [[tasks[a.worker_id], True]], now=0.9)
     client_heartbeat(state, joined.client_id, now=0.9)
     state.tick(now=1.5)  # b silent for 1.5 s
-    assert b.worker_id not in state.workers
+    assert b.worker_id not in state.records.workers
     seen = client_heartbeat(state, joined.client_id, now=1.5)
     assert task_ids(seen) == [tasks[a.worker_id]]
     assert seen.finished
@@ -453,12 +457,12 @@ def test_silent_clients_time_out(state):
     early = join(state, job, now=0.0)
     late = join(state, create_job(state, register_dataset(state)), now=1.0)
     state.tick(now=2.5)
-    assert early.client_id not in state.clients
-    assert late.client_id in state.clients
+    assert early.client_id not in state.records.clients
+    assert late.client_id in state.records.clients
     answer = error(state, m.ClientHeartbeat(request_id=3, client_id=early.client_id))
     assert answer.code == "NOT_FOUND"
     state.tick(now=3.5)
-    assert state.clients == {}
+    assert state.records.clients == {}
 
 
 def test_release_forgets_the_client(state):
@@ -469,7 +473,7 @@ def test_release_forgets_the_client(state):
         ),
         m.Ok,
     )
-    assert state.clients == {}
+    assert state.records.clients == {}
     # Releasing twice is harmless.
     reply(state, m.ReleaseIterationClient(request_id=5, client_id=joined.client_id))
 
@@ -615,7 +619,7 @@ def test_malformed_requests_never_raise(state, message):
     assert [peer for peer, _ in answers] == [b"hostile"]
     assert isinstance(answers[0][1], m.Error | m.Ok)
     # Nothing was half-applied: the worker is still reached at its own peer.
-    assert state.workers[worker.worker_id].peer == b"a:1"
+    assert state.records.workers[worker.worker_id].peer == b"a:1"
     job = create_job(state, register_dataset(state))
     out = send(state, m.GetOrCreateIteration(request_id=5, job_id=job, repetition=0))
     assert [peer for peer, _ in out] == [CLIENT, b"a:1"]
@@ -630,7 +634,7 @@ def test_malformed_worker_heartbeat_is_an_invalid_argument(state, tasks):
         peer=b"hostile",
     )
     assert answer.code == "INVALID_ARGUMENT"
-    assert state.workers[worker.worker_id].peer == b"a:1"
+    assert state.records.workers[worker.worker_id].peer == b"a:1"
 
 
 def test_status_shape(state):
@@ -659,7 +663,7 @@ def test_a_retried_job_or_iteration_request_creates_nothing_new(state):
     join_request = m.GetOrCreateIteration(job_id=first.job_id, repetition=0)
     joined = reply(state, join_request)
     assert reply(state, join_request).client_id == joined.client_id
-    assert len(state.clients) == 1
+    assert len(state.records.clients) == 1
 
 
 def test_local_jobs_give_tasks_only_to_their_consumers_processes(state):

@@ -16,7 +16,8 @@ from tests.dispatcher.test_state import (
     task_ids,
 )
 from zmqdata._config import DispatcherConfig
-from zmqdata._dispatcher.state import DispatcherState, worker_index
+from zmqdata._dispatcher.placement import worker_index
+from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 
 OFF, DYNAMIC, FILE, DATA, FILE_OR_DATA, HINT = range(6)
@@ -80,7 +81,9 @@ def test_registered_workers_get_their_index_in_worker_addresses():
     }
     indices = {name: r.worker_index for name, r in replies.items()}
     assert indices == {"c:9": 3, "b:7": 1, "a:1": 0, "b:8": 2, "d:1": None}
-    assert {w.worker_address: w.index for w in state.workers.values()} == indices
+    assert {
+        w.worker_address: w.index for w in state.records.workers.values()
+    } == indices
 
 
 def test_a_restarted_worker_takes_over_the_free_slot():
@@ -90,7 +93,7 @@ def test_a_restarted_worker_takes_over_the_free_slot():
     state.tick(now=0.5)
     heartbeat(state, "b:8", state_worker_id(state, "b:8"), [], now=0.9)
     state.tick(now=1.5)  # b:7 timed out: slot 0 is free
-    assert first.worker_id not in state.workers
+    assert first.worker_id not in state.records.workers
     assert register_worker(state, "b:9", now=1.6).worker_index == 0
     # Re-registering the same address keeps its (exact) slot.
     assert register_worker(state, "b:9", now=1.7).worker_index == 0
@@ -98,7 +101,9 @@ def test_a_restarted_worker_takes_over_the_free_slot():
 
 def state_worker_id(state: DispatcherState, address: str) -> int:
     [worker_id] = [
-        w.worker_id for w in state.workers.values() if w.worker_address == address
+        w.worker_id
+        for w in state.records.workers.values()
+        if w.worker_address == address
     ]
     return worker_id
 
@@ -187,13 +192,13 @@ def test_an_abandoned_iteration_is_collected_after_the_timeout():
     [task_id] = task_ids(joined)
     state.tick(now=10.5)
     state.tick(now=10.95)
-    assert not state.iterations[joined.iteration_id].collected
-    assert task_id in state.tasks
+    assert not state.records.iterations[joined.iteration_id].collected
+    assert task_id in state.records.tasks
     state.tick(now=11.05)
-    iteration = state.iterations[joined.iteration_id]
+    iteration = state.records.iterations[joined.iteration_id]
     assert iteration.collected
     assert not iteration.tasks
-    assert task_id not in state.tasks
+    assert task_id not in state.records.tasks
     # The worker learns at its next heartbeat that the task is gone.
     answer = heartbeat(state, "w:1", worker.worker_id, [[task_id, False]], now=11.1)
     assert answer.tasks_to_delete == [task_id]
@@ -210,9 +215,9 @@ def test_gc_runs_only_every_check_interval():
     _, _, joined = abandoned(state, now=0.0)
     state.tick(now=0.95)  # checks, too early; the next check is due at 1.05
     state.tick(now=1.0)
-    assert not state.iterations[joined.iteration_id].collected
+    assert not state.records.iterations[joined.iteration_id].collected
     state.tick(now=1.05)
-    assert state.iterations[joined.iteration_id].collected
+    assert state.records.iterations[joined.iteration_id].collected
 
 
 def test_an_iteration_with_a_consumer_is_not_collected():
@@ -224,13 +229,13 @@ def test_an_iteration_with_a_consumer_is_not_collected():
     release(state, first.client_id, 0.0)
     client_heartbeat(state, second.client_id, now=5.0)
     state.tick(now=5.0)
-    assert not state.iterations[first.iteration_id].collected
+    assert not state.records.iterations[first.iteration_id].collected
     # The timeout counts from the last consumer's departure.
     release(state, second.client_id, 5.0)
     state.tick(now=5.9)
-    assert not state.iterations[first.iteration_id].collected
+    assert not state.records.iterations[first.iteration_id].collected
     state.tick(now=6.1)
-    assert state.iterations[first.iteration_id].collected
+    assert state.records.iterations[first.iteration_id].collected
 
 
 def test_a_consumer_timing_out_starts_the_gc_clock():
@@ -243,13 +248,13 @@ def test_a_consumer_timing_out_starts_the_gc_clock():
     job = create_job(state, register_dataset(state), OFF, job_name="j")
     joined = join(state, job, now=0.0)
     state.tick(now=0.6)  # the client is released (timed out) at 0.6
-    assert joined.client_id not in state.clients
-    assert state.iterations[joined.iteration_id].last_client_released == 0.6
+    assert joined.client_id not in state.records.clients
+    assert state.records.iterations[joined.iteration_id].last_client_released == 0.6
     heartbeat(state, "w:1", state_worker_id(state, "w:1"), [], now=1.5)
     state.tick(now=1.5)
-    assert not state.iterations[joined.iteration_id].collected
+    assert not state.records.iterations[joined.iteration_id].collected
     state.tick(now=1.7)
-    assert state.iterations[joined.iteration_id].collected
+    assert state.records.iterations[joined.iteration_id].collected
     # The consumer comes back: its iteration is gone, and it is told why.
     answer = client_heartbeat(state, joined.client_id, now=1.8)
     assert isinstance(answer, m.Error)
@@ -266,7 +271,7 @@ def test_finished_iterations_are_not_collected():
     client_heartbeat(state, joined.client_id, task_ids(joined), now=0.1)
     release(state, joined.client_id, 0.2)
     state.tick(now=5.0)
-    iteration = state.iterations[joined.iteration_id]
+    iteration = state.records.iterations[joined.iteration_id]
     assert iteration.finished
     assert not iteration.collected
     assert join(state, job, now=5.1).iteration_id == joined.iteration_id
@@ -277,7 +282,7 @@ def test_dynamic_jobs_are_kept_unless_gc_dynamic_sharding_jobs(gc_dynamic):
     state = gc_state(gc_dynamic_sharding_jobs=gc_dynamic)
     _, job, joined = abandoned(state, DYNAMIC, now=0.0)
     state.tick(now=100.0)
-    assert state.iterations[joined.iteration_id].collected is gc_dynamic
+    assert state.records.iterations[joined.iteration_id].collected is gc_dynamic
     assert (join(state, job, now=100.1).iteration_id == joined.iteration_id) is not (
         gc_dynamic
     )

@@ -77,7 +77,7 @@ def test_stats_of_a_removed_worker_are_dropped(state):
     worker_id = register(state)
     beat(state, worker_id, {"elements": 1}, now=0.5)
     state.tick(now=5.0)
-    assert state.workers == {}
+    assert state.records.workers == {}
     assert state.worker_samples == {}
 
 
@@ -88,7 +88,7 @@ def test_replay_ignores_worker_stats(state):
     for event in state.log:
         fresh.apply(event)
     assert fresh.worker_samples == {}
-    assert fresh.workers.keys() == state.workers.keys()
+    assert fresh.records.workers.keys() == state.records.workers.keys()
 
 
 def test_dispatcher_counts_requests_errors_and_splits(state):

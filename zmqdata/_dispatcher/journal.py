@@ -27,6 +27,10 @@ and opening picks the newest snapshot, so no event is applied twice. A journal
 written before records had checksums (no ``MAGIC``) is replayed as it was
 written and compacted at once.
 
+``JournalSink`` puts a ``Journal`` behind ``DispatcherState``: it restores the
+records at start, appends each event before it is applied, and compacts when
+``Journal.wants_compaction`` (the policy) says so.
+
 >>> import tempfile
 >>> from zmqdata._dispatcher import events as ev
 >>> with tempfile.TemporaryDirectory() as work_dir:
@@ -55,6 +59,8 @@ from typing import Any, Self
 import msgpack
 
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import snapshot
+from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata.errors import FailedPreconditionError, UnavailableError
 
 logger = logging.getLogger(__name__)
@@ -117,31 +123,34 @@ class _Scan:
 def _scan(path: Path) -> _Scan:
     """Reads every record; raises ``JournalCorruptError`` on damage before the end."""
     data = path.read_bytes() if path.exists() else b""
-    if not data:
-        return _Scan([], 0)
     if not data.startswith(MAGIC):
-        if MAGIC.startswith(data):  # a crash while the magic was written
+        if MAGIC.startswith(data):  # empty, or a crash while the magic was written
             return _Scan([], 0)
         return _scan_legacy(path, data)
     records: list[tuple[int, bytes]] = []
     offset = len(MAGIC)
-    while offset < len(data):
-        if offset + _HEADER.size > len(data):
-            break  # torn: a short header
-        length, length_crc, payload_crc = _HEADER.unpack_from(data, offset)
-        if _crc(data[offset : offset + 4]) != length_crc:
-            if not data[offset:].strip(b"\0"):
-                break  # torn: zeros to the end, never filled by the file system
-            raise JournalCorruptError(path, offset, "bad record header")
-        start = offset + _HEADER.size
-        if start + length > len(data):
-            break  # torn: the last record was not written whole
-        payload = data[start : start + length]
-        if _crc(payload) != payload_crc:
-            raise JournalCorruptError(path, offset, "record checksum mismatch")
+    while (payload := _record_at(path, data, offset)) is not None:
         records.append((offset, payload))
-        offset = start + length
+        offset += _HEADER.size + len(payload)
     return _Scan(records, offset)
+
+
+def _record_at(path: Path, data: bytes, offset: int) -> bytes | None:
+    """The payload of the record at ``offset``; None at the end or a torn tail."""
+    if offset + _HEADER.size > len(data):
+        return None  # the end, or torn: a short header
+    length, length_crc, payload_crc = _HEADER.unpack_from(data, offset)
+    if _crc(data[offset : offset + 4]) != length_crc:
+        if not data[offset:].strip(b"\0"):
+            return None  # torn: zeros to the end, never filled by the file system
+        raise JournalCorruptError(path, offset, "bad record header")
+    start = offset + _HEADER.size
+    if start + length > len(data):
+        return None  # torn: the last record was not written whole
+    payload = data[start : start + length]
+    if _crc(payload) != payload_crc:
+        raise JournalCorruptError(path, offset, "record checksum mismatch")
+    return payload
 
 
 def _scan_legacy(path: Path, data: bytes) -> _Scan:
@@ -331,6 +340,47 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class JournalSink:
+    """``DispatcherState``'s event sink in fault-tolerant mode, and its policy.
+
+    Restores the records from ``journal``, appends each event (fsync'ed)
+    before it is applied, and compacts the journal into a snapshot of the
+    records when ``Journal.wants_compaction`` says replaying it costs more.
+    The caller closes ``journal``.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def restore(self, now: float) -> ClusterRecords:
+        """The latest snapshot plus the events after it, every peer seen at ``now``.
+
+        A journal due for compaction at once (one without checksums) is compacted.
+        """
+        records = ClusterRecords()
+        data = self.journal.snapshot()
+        if data is not None:
+            snapshot.load(records, data)
+        for event in self.journal.replay():
+            records.apply(event)
+        records.restart_clocks(now)
+        self.applied(records)
+        return records
+
+    def append(self, event: ev.Event) -> None:
+        """Writes ``event`` durably; raises ``UnavailableError`` if it cannot."""
+        self.journal.append(event)
+
+    def applied(self, records: ClusterRecords) -> None:
+        """Compacts when due; a failed compaction is retried at the next event."""
+        if not self.journal.wants_compaction:
+            return
+        try:
+            self.journal.compact(snapshot.dump(records))
+        except UnavailableError as error:  # the old generation stays whole
+            logger.error("journal compaction failed, retried later: %s", error)
 
 
 def repair(work_dir: str) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zmqdata._dataset.node import Node
+from zmqdata._wire.modes import ShardingPolicy
 
 
 @dataclass
@@ -19,15 +20,7 @@ class Worker:
     inproc_address: str
     last_seen: float
     index: int | None = None
-
-    def status(self, tasks: int) -> dict[str, Any]:
-        return {
-            "worker_id": self.worker_id,
-            "address": self.worker_address,
-            "data_address": self.data_address,
-            "tags": list(self.tags),
-            "num_tasks": tasks,
-        }
+    """Position of ``worker_address`` in ``DispatcherConfig.worker_addresses``."""
 
 
 @dataclass
@@ -70,6 +63,18 @@ JOB_PARAMETERS = (
 def job_parameters(job: Any) -> dict[str, Any]:
     """The ``JOB_PARAMETERS`` of a ``Job`` (or of a ``JobCreated`` event)."""
     return {name: getattr(job, name) for name in JOB_PARAMETERS}
+
+
+def mode_name(mode: int) -> str:
+    """``parallel_epochs`` / ``distributed_epoch`` or the ShardingPolicy name.
+
+    >>> mode_name(1), mode_name(3), mode_name(9)
+    ('distributed_epoch', 'DATA', '9')
+    """
+    try:
+        return ShardingPolicy(mode).display_name
+    except ValueError:
+        return str(mode)
 
 
 @dataclass

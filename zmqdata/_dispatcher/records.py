@@ -1,20 +1,23 @@
 """``ClusterRecords``: the dispatcher's tables and the one function that changes them.
 
-``apply(event)`` is the only way the tables change; request handlers build
-events and apply them, and the journal replays them. Consequences that follow
+``apply(event)`` is the only way the tables change (liveness times aside,
+which are not state); request handlers build events and apply them, and the
+journal replays them. Consequences that follow
 from an event (an iteration is finished once all its tasks are; a finished
 iteration nobody reads gives its tasks back) are computed here, so replay
 reaches the same state.
+
+An ``EventSink`` is where ``DispatcherState`` keeps events: ``NoJournal``
+without fault tolerance, ``journal.JournalSink`` with it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from zmqdata._dataset import graph
-from zmqdata._dataset.dataset import Dataset
+from zmqdata._dataset import fold, graph
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
@@ -43,7 +46,7 @@ def derived(pipeline: bytes) -> dict[str, Any]:
         source: Node | None = find_split_source(root)
     except InvalidArgumentError:
         source = None
-    return {"split_source": source, "cardinality": Dataset(root).cardinality()}
+    return {"split_source": source, "cardinality": fold.cardinality(root)}
 
 
 class ClusterRecords:
@@ -87,6 +90,19 @@ class ClusterRecords:
             value = getattr(event, name, None)
             if isinstance(value, int) and value >= self.next_id:
                 self.next_id = value + 1
+
+    def restart_clocks(self, now: float) -> None:
+        """After a replay every peer counts as just seen, as in tf.data.
+
+        Times in the journal come from the previous process's clock.
+        """
+        for worker in self.workers.values():
+            worker.last_seen = now
+        for client in self.clients.values():
+            client.last_seen = now
+        for iteration in self.iterations.values():
+            if iteration.last_client_released is not None:
+                iteration.last_client_released = now
 
     # ------------------------------------------------------------ appliers
 
@@ -261,3 +277,33 @@ class ClusterRecords:
         if job.name is None:
             del self.iterations[iteration.iteration_id]
             del self.jobs[job.job_id]
+
+
+class EventSink(Protocol):
+    """Where ``DispatcherState`` sends each event before applying it."""
+
+    def restore(self, now: float) -> ClusterRecords:
+        """The records to start from, every peer in them seen at ``now``."""
+
+    def append(self, event: ev.Event) -> None:
+        """Keeps ``event`` before it is applied.
+
+        Raises ``UnavailableError`` if it cannot: the event is then not applied.
+        """
+
+    def applied(self, records: ClusterRecords) -> None:
+        """Called after each event is applied to ``records`` (e.g. to compact)."""
+
+
+class NoJournal:
+    """The sink without fault tolerance: a fresh state, events kept nowhere."""
+
+    def restore(self, now: float) -> ClusterRecords:
+        """Empty records: the dispatcher starts from nothing."""
+        return ClusterRecords()
+
+    def append(self, event: ev.Event) -> None:
+        """Keeps nothing."""
+
+    def applied(self, records: ClusterRecords) -> None:
+        """Nothing to do."""

@@ -12,7 +12,7 @@ import zmq
 
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher.access import Access
-from zmqdata._dispatcher.journal import Journal
+from zmqdata._dispatcher.journal import Journal, JournalSink
 from zmqdata._dispatcher.state import DispatcherState, Outgoing
 from zmqdata._runtime import auth, ipc, metrics
 from zmqdata._runtime.loop import PollLoop
@@ -68,16 +68,17 @@ class _DispatcherLoop(PollLoop):
             self._journal = Journal(self.config.work_dir)
             self.state = DispatcherState(
                 self.config,
-                self._journal,
+                JournalSink(self._journal),
                 time.monotonic(),
                 _incarnation(Path(self.config.work_dir)),
             )
+            records = self.state.records
             logger.info(
                 "dispatcher state replayed from %s: %d workers, %d jobs, %d clients",
                 self._journal.path,
-                len(self.state.workers),
-                len(self.state.jobs),
-                len(self.state.clients),
+                len(records.workers),
+                len(records.jobs),
+                len(records.clients),
             )
         self._router = self.socket(zmq.ROUTER)
         # A worker reconnecting with its routing id takes over the old pipe.
@@ -157,7 +158,7 @@ class _DispatcherLoop(PollLoop):
     def on_tick(self, now: float) -> None:
         self._send(self.state.tick(now))
         if self._access is not None:
-            self._access.forget(self.state.clients)
+            self._access.forget(self.state.records.clients)
 
     def teardown(self) -> None:
         auth.release(self._keys)
@@ -175,18 +176,19 @@ def _collect(state: DispatcherState) -> list[Any]:
     Runs on the metrics thread: only ``len()`` of the tables and int reads,
     which are atomic under the GIL (no iteration over tables the loop changes).
     """
+    records = state.records
     return [
         metrics.gauge(
-            "zmqdata_dispatcher_workers", "Live workers.", len(state.workers)
+            "zmqdata_dispatcher_workers", "Live workers.", len(records.workers)
         ),
         metrics.gauge(
-            "zmqdata_dispatcher_datasets", "Registered datasets.", len(state.datasets)
+            "zmqdata_dispatcher_datasets", "Registered datasets.", len(records.datasets)
         ),
-        metrics.gauge("zmqdata_dispatcher_jobs", "Jobs.", len(state.jobs)),
+        metrics.gauge("zmqdata_dispatcher_jobs", "Jobs.", len(records.jobs)),
         metrics.gauge(
             "zmqdata_dispatcher_consumers",
             "Iteration clients (consumers) reading now.",
-            len(state.clients),
+            len(records.clients),
         ),
         metrics.counter(
             "zmqdata_dispatcher_requests",
@@ -271,7 +273,7 @@ class DispatchServer:
         self._loop.join(timeout)
 
     def _num_workers(self) -> int:
-        return len(self._loop.state.workers)
+        return len(self._loop.state.records.workers)
 
     def __enter__(self) -> Self:
         return self

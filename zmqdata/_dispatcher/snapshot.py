@@ -65,28 +65,51 @@ def load(records: ClusterRecords, data: bytes) -> None:
     body = msgpack.unpackb(data, strict_map_key=False)
     if body.get("format") != FORMAT:
         raise ValueError(f"unknown snapshot format {body.get('format')!r}")
-    for row in body["workers"]:
-        records.workers[row["worker_id"]] = model.Worker(**row)
-    for row in body["datasets"]:
-        records.datasets[row["dataset_id"]] = model.Dataset(
-            **row, **derived(row["pipeline"])
-        )
-    for row in body["jobs"]:
-        records.jobs[row["job_id"]] = model.Job(**row)
-    for row in body["iterations"]:
-        iteration = model.Iteration(**row)
-        iteration.clients = set(iteration.clients)
-        iteration.former_clients = set(iteration.former_clients)
-        iteration.schedule = [(start, ids) for start, ids in iteration.schedule]
+    for worker in map(_worker, body["workers"]):
+        records.workers[worker.worker_id] = worker
+    for dataset in map(_dataset, body["datasets"]):
+        records.datasets[dataset.dataset_id] = dataset
+    for job in map(_job, body["jobs"]):
+        records.jobs[job.job_id] = job
+    for iteration in map(_iteration, body["iterations"]):
         records.iterations[iteration.iteration_id] = iteration
-    for row in body["tasks"]:
-        task = model.Task(**row)
+    for task in map(_task, body["tasks"]):
         records.tasks[task.task_id] = task
         records.iterations[task.iteration_id].tasks[task.task_id] = task
-    for row in body["clients"]:
-        records.clients[row["client_id"]] = model.Client(**row)
+    for client in map(_client, body["clients"]):
+        records.clients[client.client_id] = client
     records.datasets_by_fingerprint = dict(body["by_fingerprint"])
     records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
     records.collected_clients = dict(body["collected_clients"])
-    records.created_by = {key: created for key, created in body.get("created_by", [])}
+    records.created_by = dict(body.get("created_by", []))
     records.next_id = body["next_id"]
+
+
+def _worker(row: dict[str, Any]) -> model.Worker:
+    return model.Worker(**row)
+
+
+def _dataset(row: dict[str, Any]) -> model.Dataset:
+    """A dataset, with what its pipeline says derived again."""
+    return model.Dataset(**row, **derived(row["pipeline"]))
+
+
+def _job(row: dict[str, Any]) -> model.Job:
+    return model.Job(**row)
+
+
+def _iteration(row: dict[str, Any]) -> model.Iteration:
+    """An iteration without its tasks (``load`` links them); sets and tuples back."""
+    iteration = model.Iteration(**row)
+    iteration.clients = set(iteration.clients)
+    iteration.former_clients = set(iteration.former_clients)
+    iteration.schedule = [(start, ids) for start, ids in iteration.schedule]
+    return iteration
+
+
+def _task(row: dict[str, Any]) -> model.Task:
+    return model.Task(**row)
+
+
+def _client(row: dict[str, Any]) -> model.Client:
+    return model.Client(**row)

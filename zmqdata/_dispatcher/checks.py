@@ -1,0 +1,183 @@
+"""What a request must hold before the dispatcher acts on it.
+
+``messages.decode`` checks each field's runtime type; these check the rest:
+a request's own shape against this dispatcher's config (``check_request``,
+run before its handler: a worker's endpoints, a heartbeat's task list, a
+pipeline's size), and what a job asks of its dataset (``check_job``). Each
+raises ``InvalidArgumentError`` naming what is wrong; none reads or changes
+the records.
+
+>>> from zmqdata._config import DispatcherConfig
+>>> from zmqdata._wire import messages as m
+>>> heartbeat = m.WorkerHeartbeat(worker_id=1, tasks=[[7, "yes"]])
+>>> check_request(heartbeat, DispatcherConfig())
+Traceback (most recent call last):
+  ...
+zmqdata.errors.InvalidArgumentError: worker_heartbeat.tasks: expected [[task_id, finished], ...], got [[7, 'yes']]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zmqdata._config import DispatcherConfig
+from zmqdata._dataset import graph
+from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import model
+from zmqdata._wire import messages as m
+from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata.errors import InvalidArgumentError
+
+
+def _check_endpoint(name: str, endpoint: str) -> None:
+    protocol, sep, address = endpoint.partition("://")
+    port = address.rpartition(":")[2]
+    if (
+        not sep
+        or protocol not in ("tcp", "ipc", "inproc")
+        or not address
+        or (protocol == "tcp" and not (port.isdigit() and 0 < int(port) < 65536))
+    ):
+        raise InvalidArgumentError(
+            f"register_worker.{name}: expected tcp://host:port, ipc://path or "
+            f"inproc://name, got {endpoint!r:.200}"
+        )
+
+
+def _register_worker(msg: m.RegisterWorker, config: DispatcherConfig) -> None:
+    """Consumers connect to a worker's endpoints: a bad one must not reach them."""
+    _check_endpoint("data_address", msg.data_address)
+    if msg.inproc_address:
+        _check_endpoint("inproc_address", msg.inproc_address)
+
+
+def _is_task_state(entry: Any) -> bool:
+    return (
+        isinstance(entry, list)
+        and len(entry) == 2
+        and isinstance(entry[0], int)
+        and isinstance(entry[1], bool)
+    )
+
+
+def _worker_heartbeat(msg: m.WorkerHeartbeat, config: DispatcherConfig) -> None:
+    if not all(_is_task_state(entry) for entry in msg.tasks):
+        raise InvalidArgumentError(
+            "worker_heartbeat.tasks: expected [[task_id, finished], ...], "
+            f"got {msg.tasks!r:.200}"
+        )
+
+
+def _get_or_register_dataset(
+    msg: m.GetOrRegisterDataset, config: DispatcherConfig
+) -> None:
+    size, cap = len(msg.pipeline), config.max_pipeline_bytes
+    if size + len(msg.element_spec) > cap:
+        raise InvalidArgumentError(
+            f"the pipeline is {size} bytes (with its element spec "
+            f"{size + len(msg.element_spec)}), over the dispatcher's cap of "
+            f"{cap} (DispatcherConfig.max_pipeline_bytes): read large data "
+            "from files (e.g. list_files + map) instead of embedding it with "
+            "from_tensor_slices / from_tensors"
+        )
+
+
+REQUEST_CHECKS: dict[type[m.Message], Callable[[Any, DispatcherConfig], None]] = {
+    m.RegisterWorker: _register_worker,
+    m.WorkerHeartbeat: _worker_heartbeat,
+    m.GetOrRegisterDataset: _get_or_register_dataset,
+}
+"""The requests whose shape is checked beyond their field types, and how."""
+
+
+def check_request(message: m.Message, config: DispatcherConfig) -> None:
+    """Raises ``InvalidArgumentError`` if ``message`` is malformed for ``config``."""
+    check = REQUEST_CHECKS.get(type(message))
+    if check is not None:
+        check(message, config)
+
+
+# ------------------------------------------------------------------ jobs
+
+
+def check_job(
+    msg: m.GetOrCreateJob, dataset: model.Dataset, config: DispatcherConfig
+) -> None:
+    """Whether ``dataset`` and this dispatcher can run the job ``msg`` asks for."""
+    _check_mode(msg, dataset, config)
+    if msg.num_consumers is not None:
+        _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
+    if msg.cross_trainer_cache:
+        _check_cross_trainer_cache(msg, dataset)
+
+
+def _check_mode(
+    msg: m.GetOrCreateJob, dataset: model.Dataset, config: DispatcherConfig
+) -> None:
+    if msg.processing_mode in STATIC:
+        _check_static(msg, config)
+    elif msg.processing_mode not in (ShardingPolicy.OFF, ShardingPolicy.DYNAMIC):
+        raise InvalidArgumentError(
+            f"processing mode {msg.processing_mode!r} is not a ShardingPolicy"
+        )
+    if msg.processing_mode == ShardingPolicy.DYNAMIC and dataset.split_source is None:
+        # Raises, naming the op that prevents splitting.
+        find_split_source(graph.deserialize(dataset.pipeline, load_functions=False))
+
+
+def _check_static(msg: m.GetOrCreateJob, config: DispatcherConfig) -> None:
+    """Static sharding needs the fixed worker list and local reads."""
+    mode = model.mode_name(msg.processing_mode)
+    if not config.worker_addresses:
+        raise InvalidArgumentError(
+            f"static sharding (processing_mode={mode}) needs "
+            "DispatcherConfig.worker_addresses, the fixed list of workers to "
+            "shard over; this dispatcher has none"
+        )
+    if msg.target_workers.upper() != "LOCAL":
+        raise InvalidArgumentError(
+            f"Static sharding requires reading from local workers: "
+            f"processing_mode={mode} needs target_workers='LOCAL', got "
+            f"{msg.target_workers!r}"
+        )
+
+
+def _check_cross_trainer_cache(msg: m.GetOrCreateJob, dataset: model.Dataset) -> None:
+    if msg.job_name is None:
+        raise InvalidArgumentError("cross-trainer caching requires a job_name")
+    if msg.num_consumers is not None:
+        raise InvalidArgumentError(
+            "cross-trainer caching cannot be combined with coordinated reads "
+            f"(num_consumers={msg.num_consumers})"
+        )
+    _check_infinite(dataset, "cross-trainer caching")
+
+
+def _check_infinite(dataset: model.Dataset, feature: str) -> None:
+    """Coordinated reads and the cross-trainer cache need an endless dataset."""
+    cardinality = dataset.cardinality
+    if cardinality >= 0:
+        raise InvalidArgumentError(
+            f"{feature} requires a dataset with infinite cardinality, got one with "
+            f"{cardinality} elements: add .repeat()"
+        )
+
+
+def check_same_job(existing: model.Job, wanted: ev.JobCreated) -> None:
+    """Every consumer of a named job must ask for the same ``JOB_PARAMETERS``."""
+    have, want = model.job_parameters(existing), model.job_parameters(wanted)
+    if have != want:
+        raise InvalidArgumentError(
+            f"found an existing job named {wanted.name!r} with different "
+            f"parameters: {_describe(have)} vs {_describe(want)}"
+        )
+
+
+def _describe(parameters: dict[str, Any]) -> str:
+    shown = {
+        **parameters,
+        "processing_mode": model.mode_name(parameters["processing_mode"]),
+    }
+    return "(" + ", ".join(f"{name}={value}" for name, value in shown.items()) + ")"

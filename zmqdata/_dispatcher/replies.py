@@ -1,0 +1,113 @@
+"""What the dispatcher tells peers about tasks, read off the records.
+
+Workers get task definitions (what to run: the pipeline, the mode, a static
+shard); consumers get task infos (where to read: the worker's endpoints) in an
+``IterationState``. Read-only: nothing here changes the records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zmqdata._config import DispatcherConfig
+from zmqdata._dispatcher import model
+from zmqdata._dispatcher.records import ClusterRecords
+from zmqdata._wire import messages as m
+from zmqdata._wire.modes import STATIC
+
+
+def task_def(
+    records: ClusterRecords, config: DispatcherConfig, task: model.Task
+) -> dict[str, Any]:
+    """What a worker needs to run ``task`` (``ProcessTask`` and heartbeat replies)."""
+    iteration = records.iterations[task.iteration_id]
+    job = records.jobs[iteration.job_id]
+    dataset = records.datasets[job.dataset_id]
+    static = job.processing_mode in STATIC
+    worker = records.workers.get(task.worker_id)
+    return {
+        "num_workers": len(config.worker_addresses or ()) if static else None,
+        "worker_index": worker.index if static and worker else None,
+        "task_id": task.task_id,
+        "iteration_id": iteration.iteration_id,
+        "dataset_id": dataset.dataset_id,
+        "pipeline": dataset.pipeline,
+        "processing_mode": job.processing_mode,
+        "compression": dataset.compression,
+        "num_consumers": job.num_consumers,
+        "cross_trainer_cache": job.cross_trainer_cache,
+    }
+
+
+def registered(
+    records: ClusterRecords,
+    config: DispatcherConfig,
+    request_id: int,
+    worker: model.Worker,
+) -> m.RegisterWorkerReply:
+    """The reply to a registration: the worker's id and its running tasks."""
+    tasks = [
+        task
+        for task in records.tasks.values()
+        if task.worker_id == worker.worker_id and not task.finished
+    ]
+    return m.RegisterWorkerReply(
+        request_id=request_id,
+        worker_id=worker.worker_id,
+        worker_index=worker.index,
+        tasks=[task_def(records, config, t) for t in tasks],
+    )
+
+
+def task_changes(
+    records: ClusterRecords,
+    config: DispatcherConfig,
+    worker: model.Worker,
+    heartbeat: m.WorkerHeartbeat,
+) -> m.WorkerHeartbeatReply:
+    """The tasks a worker lacks (to start) and those it has but lost (to delete)."""
+    reported = {task_id for task_id, _ in heartbeat.tasks}
+    assigned = {
+        task.task_id: task
+        for task in records.tasks.values()
+        if task.worker_id == worker.worker_id
+    }
+    return m.WorkerHeartbeatReply(
+        request_id=heartbeat.request_id,
+        new_tasks=[
+            task_def(records, config, task)
+            for task_id, task in assigned.items()
+            if task_id not in reported and not task.finished
+        ],
+        tasks_to_delete=sorted(reported - assigned.keys()),
+    )
+
+
+def task_info(records: ClusterRecords, task: model.Task) -> dict[str, Any]:
+    """Where a consumer reads ``task``."""
+    worker = records.workers[task.worker_id]
+    return {
+        "task_id": task.task_id,
+        "worker_id": worker.worker_id,
+        "worker_address": worker.worker_address,
+        "data_address": worker.data_address,
+        "local_process": worker.local_process,
+        "inproc_address": worker.inproc_address,
+    }
+
+
+def iteration_state(
+    records: ClusterRecords, client: model.Client, request_id: int, incarnation: str
+) -> m.IterationState:
+    """A consumer's view of its iteration: tasks, end, coordinated schedule."""
+    iteration = records.iterations[client.iteration_id]
+    return m.IterationState(
+        request_id=request_id,
+        client_id=client.client_id,
+        iteration_id=iteration.iteration_id,
+        tasks=[task_info(records, task) for task in iteration.tasks.values()],
+        finished=iteration.finished,
+        rounds=[[start, list(task_ids)] for start, task_ids in iteration.schedule],
+        horizon=iteration.horizon,
+        incarnation=incarnation,
+    )
