@@ -25,7 +25,7 @@ from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster, free_port
 from zmqdata import service
-from zmqdata._dispatcher.state import split_size
+from zmqdata._dispatcher.splits import split_size
 from zmqdata._worker.task import BUFFER_BYTES, BUFFER_ITEMS
 
 WORKER_TIMEOUT_MS = 500

@@ -14,7 +14,7 @@ from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import free_port
 from zmqdata import service
-from zmqdata._dispatcher.state import split_size
+from zmqdata._dispatcher.splits import split_size
 from zmqdata._worker.task import BUFFER_ITEMS
 
 pytestmark = pytest.mark.slow

@@ -36,7 +36,7 @@ from zmqdata._dataset import graph
 from zmqdata._dispatcher import checks, model, placement, replies, samples, status
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import EventSink, NoJournal
-from zmqdata._dispatcher.splits import Splits, split_size
+from zmqdata._dispatcher.splits import Splits
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import (
@@ -56,8 +56,7 @@ Handler = Callable[[bytes, Any, float], list[Outgoing]]
 ROUND_MARGIN = 1024
 """Coordinated reads: rounds promised ahead of the furthest consumer."""
 
-__all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing", "split_size"]
-"""``split_size`` (``splits.py``) stays importable here for older tests."""
+__all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
 
 
 class DispatcherState:
