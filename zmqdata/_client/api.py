@@ -23,11 +23,11 @@ from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op
 from zmqdata._dataset.ops import OPS
+from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
 from zmqdata._wire.modes import ShardingPolicy
-from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MODES = {
