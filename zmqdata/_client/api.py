@@ -319,14 +319,17 @@ def distribute(
     return apply
 
 
-def get_status(service: Any) -> dict[str, Any]:
-    """The dispatcher's view: workers, datasets and jobs (``zmqdata status --json``)."""
-    reply = rpc.call(
-        parse_target(service),
-        m.GetStatus(),
-        m.GetStatusReply,
-        settings.current().dispatcher_timeout_s,
-    )
+def get_status(service: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """The dispatcher's view: workers, datasets and jobs (``zmqdata status --json``).
+
+    Args:
+        service: The dispatcher's address.
+        timeout_s: How long to keep retrying an unreachable dispatcher; by
+            default ``ZMQDATA_DISPATCHER_TIMEOUT_S``.
+    """
+    if timeout_s is None:
+        timeout_s = settings.current().dispatcher_timeout_s
+    reply = rpc.call(parse_target(service), m.GetStatus(), m.GetStatusReply, timeout_s)
     return reply.status
 
 
