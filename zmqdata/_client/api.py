@@ -22,7 +22,6 @@ from zmqdata._dataset.constants import (
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op
-from zmqdata._dataset.ops import OPS
 from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._wire import messages as m
@@ -389,6 +388,3 @@ class DataService(Op):
         repetition = node.next_pass() if options.job_name is not None else 0
         fetcher = Fetcher if options.num_consumers is None else RoundFetcher
         return DistributedIterator(options, current, job.job_id, repetition, fetcher)
-
-
-OPS[DataService.name] = DataService()
