@@ -13,10 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from zmqdata._client import rpc
 from zmqdata._runtime import yaml_config
-from zmqdata._wire import messages as m
-from zmqdata._wire.address import parse_target
 from zmqdata.errors import ZmqDataError
 
 logger = logging.getLogger("zmqdata")
@@ -114,13 +111,6 @@ def check_exposure(
         "can reach it could run code on the workers; configure curve_* keys "
         "(see docs/security.md) or pass --insecure"
     )
-
-
-def fetch_status(address: str, timeout_s: float) -> dict[str, Any]:
-    """``service.get_status(address)``, giving up after ``timeout_s``."""
-    reply = rpc.call(parse_target(address), m.GetStatus(), m.GetStatusReply, timeout_s)
-    status: dict[str, Any] = reply.status
-    return status
 
 
 def connectable(target: str) -> str:

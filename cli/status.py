@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from zmqdata_cli._common import fetch_status, stop_on_signals
+from zmqdata_cli._common import stop_on_signals
 
+from zmqdata import service
 from zmqdata.errors import PermissionDeniedError, UnavailableError
 
 _WORKER_KEYS = ("worker_id", "address", "data_address", "tags", "num_tasks")
@@ -88,7 +89,7 @@ def status(address: str, as_json: bool, watch: float | None, timeout: float) -> 
 
     def show() -> None:
         try:
-            current = fetch_status(address, timeout)
+            current = service.get_status(address, timeout_s=timeout)
         except (UnavailableError, PermissionDeniedError, ValueError) as error:
             raise click.ClickException(str(error)) from None
         if as_json:

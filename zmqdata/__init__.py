@@ -7,15 +7,23 @@
 
 from __future__ import annotations
 
-from zmqdata import errors, service
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from zmqdata import errors
 from zmqdata._dataset.constants import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
 )
 from zmqdata._dataset.dataset import Dataset
+from zmqdata._dataset.node import Op
+from zmqdata._dataset.ops import OPS
 from zmqdata._dataset.structure import TensorSpec
 from zmqdata._version import __version__
+
+if TYPE_CHECKING:
+    from zmqdata import service
 
 __all__ = [
     "AUTOTUNE",
@@ -27,3 +35,20 @@ __all__ = [
     "errors",
     "service",
 ]
+
+
+def _service_op() -> Op:
+    """The ``data_service`` op; made when a pipeline that reads the service runs."""
+    from zmqdata._client.api import DataService
+
+    return DataService()
+
+
+OPS.register("data_service", _service_op)
+
+
+def __getattr__(name: str) -> Any:
+    """``zd.service``, imported on first use: only the service loads zmq."""
+    if name == "service":
+        return importlib.import_module("zmqdata.service")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

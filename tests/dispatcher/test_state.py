@@ -11,10 +11,10 @@ import zmqdata as zd
 from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
+from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._dispatcher.splits import split_size
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
-from zmqdata._wire.specs import decode_spec, encode_spec
 
 OFF, DYNAMIC = 0, 1
 WORKER_TIMEOUT_S = 1.0

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from zmqdata._wire.frames import INLINE_MAX, decode, encode
+from zmqdata._wire.frames import decode, encode
+from zmqdata._wire.schema import INLINE_MAX
 from zmqdata.errors import InvalidArgumentError
 
 FAST = settings(

@@ -20,6 +20,7 @@ from tests.bombs import (
     zstd_bomb,
     zstd_bomb_frames,
 )
+from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages
 from zmqdata._wire.codec import decompress
@@ -31,7 +32,6 @@ from zmqdata._wire.frames import (
     decode_sized,
     encode,
 )
-from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import InvalidArgumentError
 
 GROWTH_BOUND = 64 * MiB

@@ -22,12 +22,11 @@ from zmqdata._dataset.constants import (
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op
-from zmqdata._dataset.ops import OPS
+from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
 from zmqdata._wire.modes import ShardingPolicy
-from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MODES = {
@@ -319,14 +318,17 @@ def distribute(
     return apply
 
 
-def get_status(service: Any) -> dict[str, Any]:
-    """The dispatcher's view: workers, datasets and jobs (``zmqdata status --json``)."""
-    reply = rpc.call(
-        parse_target(service),
-        m.GetStatus(),
-        m.GetStatusReply,
-        settings.current().dispatcher_timeout_s,
-    )
+def get_status(service: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
+    """The dispatcher's view: workers, datasets and jobs (``zmqdata status --json``).
+
+    Args:
+        service: The dispatcher's address.
+        timeout_s: How long to keep retrying an unreachable dispatcher; by
+            default ``ZMQDATA_DISPATCHER_TIMEOUT_S``.
+    """
+    if timeout_s is None:
+        timeout_s = settings.current().dispatcher_timeout_s
+    reply = rpc.call(parse_target(service), m.GetStatus(), m.GetStatusReply, timeout_s)
     return reply.status
 
 
@@ -386,6 +388,3 @@ class DataService(Op):
         repetition = node.next_pass() if options.job_name is not None else 0
         fetcher = Fetcher if options.num_consumers is None else RoundFetcher
         return DistributedIterator(options, current, job.job_id, repetition, fetcher)
-
-
-OPS[DataService.name] = DataService()

@@ -1,6 +1,14 @@
-"""Op definitions, one module per family, and the registry by op name."""
+"""Op definitions, one module per family, and the registry by op name.
+
+An op defined above this layer (the service reader, ``data_service``, lives in
+``_client``) is registered as a loader by the package that wires the layers
+together (``zmqdata/__init__.py``), and made on first use.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Final
 
 from zmqdata._dataset.node import Op
 from zmqdata._dataset.ops.batch import Batch, Unbatch
@@ -20,9 +28,42 @@ from zmqdata._dataset.ops.source import (
 )
 from zmqdata._dataset.ops.take_skip import Shard, Skip, Take
 
-OPS: dict[str, Op] = {
-    op.name: op
-    for op in (
+
+class Registry(Mapping[str, Op]):
+    """Op singletons by name; an op may be registered as a loader instead.
+
+    >>> registry = Registry([Range()])
+    >>> registry.register("skip", Skip)
+    >>> "skip" in registry, registry["skip"].name, sorted(registry)
+    (True, 'skip', ['range', 'skip'])
+    """
+
+    def __init__(self, ops: Iterable[Op]) -> None:
+        self._ops = {op.name: op for op in ops}
+        self._loaders: dict[str, Callable[[], Op]] = {}
+
+    def register(self, name: str, load: Callable[[], Op]) -> None:
+        """Adds the op ``name``, which ``load()`` makes when it is first looked up."""
+        self._loaders[name] = load
+
+    def __getitem__(self, name: str) -> Op:
+        op = self._ops.get(name)
+        if op is None:
+            op = self._ops.setdefault(name, self._loaders[name]())
+        return op
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops or name in self._loaders
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ops.keys() | self._loaders.keys())
+
+    def __len__(self) -> int:
+        return len(self._ops.keys() | self._loaders.keys())
+
+
+OPS: Final = Registry(
+    (
         Range(),
         FromTensorSlices(),
         FromTensors(),
@@ -43,6 +84,6 @@ OPS: dict[str, Op] = {
         Enumerate(),
         Prefetch(),
     )
-}
+)
 
-__all__ = ["OPS", "SplittableSource"]
+__all__ = ["OPS", "Registry", "SplittableSource"]

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zmqdata as zd
+from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._dataset.structure import TensorSpec
 from zmqdata._wire import frames
-from zmqdata._wire.specs import decode_spec, encode_spec
 from zmqdata.errors import InvalidArgumentError
 
 FAST = settings(

@@ -1,5 +1,8 @@
 """Element specs (nested ``TensorSpec``) to bytes and back, for the dispatcher.
 
+A spec travels as one frames-codec element whose leaves are text
+(``"<f4|?,3"``: dtype, then the shape with ``?`` for unknown dimensions).
+
 >>> import numpy as np
 >>> from zmqdata._dataset.structure import TensorSpec
 >>> spec = {"x": TensorSpec((None, 3), np.dtype("float32")), "s": TensorSpec((), str)}

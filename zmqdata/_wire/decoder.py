@@ -1,0 +1,316 @@
+"""A frames header and its buffers back to elements, validating every claim.
+
+The layout is described in :mod:`zmqdata._wire.frames`; the sizes and counts a
+header claims are checked by :mod:`zmqdata._wire.limits` before anything is
+allocated.
+
+>>> decode_frames([msgpack.packb({"v": 1, "n": 0, "m": {}})], Limits())
+Traceback (most recent call last):
+...
+zmqdata.errors.InvalidArgumentError: header is missing field 'b'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import msgpack
+import numpy as np
+
+from zmqdata._wire.codec import Buffer, byte_view, decompress
+from zmqdata._wire.limits import (
+    Limits,
+    check_buffer_table,
+    check_objects,
+    count_nodes,
+)
+from zmqdata._wire.schema import (
+    ARRAY_KINDS,
+    CONTAINERS,
+    FORMAT_VERSION,
+    MAX_DEPTH,
+    MAX_NDIM,
+    SCALAR_KINDS,
+    TYPED_COLUMNS,
+    WIRE_VALUES,
+    short,
+    unpack_ext,
+)
+from zmqdata.errors import InvalidArgumentError
+
+_Builder: TypeAlias = Callable[[Iterator[Any]], Any]
+
+
+def decode_frames(
+    frames: Sequence[Buffer], limits: Limits
+) -> tuple[list[Any], dict[str, Any], int]:
+    """``(elements, meta, bytes held)`` from ``[header, *buffers]``.
+
+    Raises:
+        InvalidArgumentError: Malformed frames, or frames over ``limits``.
+    """
+    views = [byte_view(frame) for frame in frames]
+    if not views:
+        raise InvalidArgumentError("no frames: expected at least a header frame")
+    head, rest = views[0].nbytes, views[1:]
+    if head > limits.max_bytes:
+        raise InvalidArgumentError(
+            f"header of {head} bytes is over the cap of {limits.max_bytes}"
+        )
+    header = _unpack_header(views[0])
+    n = _field(header, "n", int)
+    if n < 0:
+        raise InvalidArgumentError(f"header element count is negative: {n}")
+    meta = _field(header, "m", dict)
+    table = _field(header, "b", list)
+    nbytes = head + check_buffer_table(
+        table, len(rest), limits.max_bytes - head, limits
+    )
+    columns, rows = _structure(header, n, nbytes, views)
+    decoder = _Decoder(_load_buffers(table, rest, limits))
+    if rows is None:
+        elements = decoder.batch(columns, n)
+    else:
+        elements = [decoder.batch(row, 1)[0] for row in rows]
+    decoder.check_all_used()
+    return elements, meta, nbytes
+
+
+def _structure(
+    header: dict[str, Any], n: int, nbytes: int, views: list[memoryview]
+) -> tuple[Any, list[Any] | None]:
+    """The header's columnar SPEC, or its rows (then the SPEC is ``None``).
+
+    Args:
+        header: The unpacked header.
+        n: Its element count.
+        nbytes: The bytes the message holds once decompressed.
+        views: The frames received.
+    """
+    if ("c" in header) == ("r" in header):
+        raise InvalidArgumentError('header needs exactly one of "c" and "r"')
+    if "r" in header:
+        # A row's SPEC nodes take 3 header bytes or more each: no object check.
+        rows = _field(header, "r", list)
+        if len(rows) != n:
+            raise InvalidArgumentError(f"header has {len(rows)} rows for {n} elements")
+        return None, rows
+    # Every columnar element carries at least a byte (encode makes sure),
+    # which bounds the work a forged count can cause...
+    if n > nbytes:
+        raise InvalidArgumentError(f"{n} elements cannot fit in these frames")
+    # ... and the objects they make are bounded by the bytes received.
+    if n > 1:
+        received = sum(view.nbytes for view in views)
+        check_objects(n, n * count_nodes(header["c"], 0), received)
+    return header["c"], None
+
+
+def _unpack_header(view: memoryview) -> dict[str, Any]:
+    try:
+        header = msgpack.unpackb(
+            view, raw=False, strict_map_key=False, ext_hook=unpack_ext
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise InvalidArgumentError(f"header is not valid msgpack: {error}") from error
+    if not isinstance(header, dict):
+        raise InvalidArgumentError(
+            f"header must be a msgpack map, got {type(header).__name__}"
+        )
+    version = header.get("v")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise InvalidArgumentError(
+            f"unsupported header version {version!r} (this build reads"
+            f" version {FORMAT_VERSION})"
+        )
+    return header
+
+
+def _field(container: Mapping[str, Any] | list[Any], key: Any, kind: type) -> Any:
+    """``container[key]``, which must be exactly of type ``kind``."""
+    try:
+        value = container[key]
+    except (KeyError, IndexError):
+        raise InvalidArgumentError(f"header is missing field {key!r}") from None
+    if type(value) is not kind:
+        raise InvalidArgumentError(
+            f"header field {key!r} must be {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def _load_buffers(
+    table: list[Any], views: list[memoryview], limits: Limits
+) -> list[memoryview]:
+    """The buffers of the buffer table, decompressed and size-checked."""
+    buffers = []
+    cap = limits.max_decompressed
+    for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
+        try:
+            buffers.append(
+                byte_view(decompress(codec, view, size=nbytes, max_size=cap))
+            )
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(f"buffer {index}: {error}") from None
+    return buffers
+
+
+class _Decoder:
+    """Rebuilds elements from SPECs, taking each buffer exactly once."""
+
+    def __init__(self, buffers: list[memoryview]) -> None:
+        self._buffers = buffers
+        self._used = [False] * len(buffers)
+
+    def check_all_used(self) -> None:
+        """Raises if a buffer frame was never referenced."""
+        if not all(self._used):
+            raise InvalidArgumentError(
+                f"buffer {self._used.index(False)} is not referenced by the header"
+            )
+
+    def batch(self, spec: Any, n: int) -> list[Any]:
+        """The ``n`` elements a SPEC describes."""
+        columns: list[list[Any]] = []
+        build = self._plan(spec, n, columns, 0)
+        if build is None:
+            return columns[0]
+        if spec[0] == "T" and columns and all(map(_is_leaf, spec[1])):
+            return list(zip(*columns, strict=True))
+        rows = zip(*columns, strict=True) if columns else itertools.repeat((), n)
+        return [build(iter(row)) for row in rows]
+
+    def _plan(
+        self, spec: Any, n: int, columns: list[list[Any]], depth: int
+    ) -> _Builder | None:
+        """Decodes a SPEC's leaf columns into ``columns``, in order.
+
+        Returns:
+            How to assemble one element from an iterator over its leaf values,
+            or ``None`` when the SPEC is a bare leaf.
+        """
+        if type(spec) is not list or not spec or type(spec[0]) is not str:
+            raise InvalidArgumentError(f"malformed SPEC node {short(spec)}")
+        if spec[0] not in CONTAINERS:
+            columns.append(self._leaf(spec, n))
+            return None
+        if depth >= MAX_DEPTH:
+            raise InvalidArgumentError(f"SPEC nested deeper than {MAX_DEPTH} levels")
+        _expect_len(spec, 3 if spec[0] == "D" else 2)
+        children = [
+            self._plan(child, n, columns, depth + 1) or next
+            for child in _field(spec, len(spec) - 1, list)
+        ]
+        return _builder(spec, children)
+
+    def _leaf(self, spec: list[Any], n: int) -> list[Any]:
+        """The ``n`` values of a leaf SPEC."""
+        tag = spec[0]
+        if tag == "a":
+            _expect_len(spec, 4)
+            dtype = _dtype(spec[1], ARRAY_KINDS)
+            shape = _shape(spec[2])
+            flat = self._array(spec[3], dtype, n * math.prod(shape), writable=True)
+            if n == 1:
+                return [flat.reshape(shape)]
+            column = flat.reshape((n, *shape))
+            return list(column) if shape else [column[i, ...] for i in range(n)]
+        if tag == "s":
+            _expect_len(spec, 3)
+            dtype = _dtype(spec[1], SCALAR_KINDS)
+            return list(self._array(spec[2], dtype, n, writable=False))
+        if tag == "p":
+            _expect_len(spec, 3)
+            typed = TYPED_COLUMNS.get(spec[1]) if type(spec[1]) is str else None
+            if typed is None:
+                raise InvalidArgumentError(f"unknown typed column {short(spec[1])}")
+            values: list[Any] = self._array(spec[2], typed, n, writable=False).tolist()
+            return values
+        if tag == "v":
+            _expect_len(spec, 3)
+            return _values(spec[1], spec[2], n)
+        raise InvalidArgumentError(f"unknown SPEC tag {tag!r}")
+
+    def _array(
+        self, ref: object, dtype: np.dtype[Any], count: int, *, writable: bool
+    ) -> np.ndarray[Any, Any]:
+        """The flat array of ``count`` items REF points to."""
+        data: bytes | bytearray | memoryview
+        if type(ref) is bytes:
+            data = bytearray(ref) if writable else ref
+        elif type(ref) is int and 0 <= ref < len(self._buffers):
+            if self._used[ref]:
+                raise InvalidArgumentError(f"buffer {ref} is referenced twice")
+            self._used[ref] = True
+            data = self._buffers[ref]
+        else:
+            raise InvalidArgumentError(f"bad buffer reference {short(ref)}")
+        if len(data) != count * dtype.itemsize:
+            raise InvalidArgumentError(
+                f"buffer holds {len(data)} bytes but {count} x {dtype.str} need"
+                f" {count * dtype.itemsize}"
+            )
+        return np.frombuffer(data, dtype=dtype)
+
+
+def _builder(spec: list[Any], children: list[_Builder]) -> _Builder:
+    """How to assemble a container SPEC's element from its children's builders."""
+    if spec[0] == "T":
+        return lambda leaves: tuple([child(leaves) for child in children])
+    if spec[0] == "L":
+        return lambda leaves: [child(leaves) for child in children]
+    keys = _field(spec, 1, list)
+    if len(keys) != len(children) or not all(type(k) is str for k in keys):
+        raise InvalidArgumentError(f"malformed dict SPEC keys {short(keys)}")
+    pairs = list(zip(keys, children, strict=True))
+    return lambda leaves: {key: child(leaves) for key, child in pairs}
+
+
+def _is_leaf(spec: list[Any]) -> bool:
+    """Whether a validated SPEC node is a leaf."""
+    return spec[0] not in CONTAINERS
+
+
+def _values(name: object, values: object, n: int) -> list[Any]:
+    """The ``n`` values of a ``"v"`` leaf, type-checked."""
+    if type(name) is not str or name not in WIRE_VALUES:
+        raise InvalidArgumentError(f"unknown value type {short(name)}")
+    if type(values) is not list or len(values) != n:
+        raise InvalidArgumentError(f"value column of {name} must list {n} values")
+    kind, convert = WIRE_VALUES[name]
+    if not all(type(value) is kind for value in values):
+        raise InvalidArgumentError(f"value column of {name} holds other types")
+    return values if convert is None else [convert(value) for value in values]
+
+
+def _dtype(text: object, kinds: frozenset[str]) -> np.dtype[Any]:
+    """The dtype a header names, which must be canonical and of ``kinds``."""
+    if type(text) is not str or len(text) > 32:
+        raise InvalidArgumentError(f"bad dtype {short(text)}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError, SyntaxError) as error:
+        raise InvalidArgumentError(f"bad dtype {text!r}: {error}") from None
+    if dtype.str != text or dtype.kind not in kinds or dtype.itemsize == 0:
+        raise InvalidArgumentError(f"dtype {text!r} is not allowed here")
+    return dtype
+
+
+def _shape(value: object) -> tuple[int, ...]:
+    if (
+        type(value) is not list
+        or len(value) > MAX_NDIM
+        or not all(type(dim) is int and 0 <= dim < 1 << 62 for dim in value)
+    ):
+        raise InvalidArgumentError(f"bad shape {short(value)}")
+    return tuple(value)
+
+
+def _expect_len(spec: list[Any], length: int) -> None:
+    if len(spec) != length:
+        raise InvalidArgumentError(
+            f"SPEC node {spec[0]!r} needs {length} fields, got {len(spec)}"
+        )
