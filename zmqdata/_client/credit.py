@@ -50,6 +50,21 @@ def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], in
     return frames.decode_messages(parts[1:], header.parts, header.count)
 
 
+def _idle(core: ReadCore, tasks: list[Task], depth: int, now: float) -> list[Task]:
+    """The tasks to ask now (fewer than ``depth`` requests in flight), longest idle first.
+
+    A task waiting out a retry delay, or whose link is lost, is not asked.
+    """
+    idle = [
+        t
+        for t in tasks
+        if len(t.requests) < depth
+        and t.retry_at <= now
+        and not core.links.lost(t.endpoint)
+    ]
+    return sorted(idle, key=lambda t: t.asked)  # scarce credit rotates over the tasks
+
+
 class CreditPlan:
     """Asks every task for its share of the free credit, first come, first served."""
 
@@ -81,15 +96,7 @@ class CreditPlan:
         """Asks the idle tasks (longest idle first) for their share of the credit."""
         readable = core.readable_tasks()
         chunk = self._pipelined_chunk(len(readable))
-        depth = 1 if chunk is None else PIPELINED_REQUESTS
-        idle = [
-            t
-            for t in readable
-            if len(t.requests) < depth
-            and t.retry_at <= now
-            and not core.links.lost(t.endpoint)
-        ]
-        idle.sort(key=lambda t: t.asked)  # scarce credit rotates over the tasks
+        idle = _idle(core, readable, 1 if chunk is None else PIPELINED_REQUESTS, now)
         free = self._free_credit()
         self._counters.starved = bool(idle) and free <= 0
         for task in idle:

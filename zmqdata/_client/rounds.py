@@ -88,9 +88,7 @@ class RoundPlan:
 
     def request_more(self, core: ReadCore, now: float) -> None:
         """Asks for the rounds due again and the window ahead, below the horizon."""
-        due = [rounds for when, rounds in self._retry if when <= now]
-        self._retry = [(when, rounds) for when, rounds in self._retry if when > now]
-        wanted = [r for rounds in due for r in rounds]
+        wanted = self._due_again(now)
         counters = core.counters
         buffered = counters.received - counters.consumed
         limit = min(self._next_deliver + self._window - buffered, self._horizon)
@@ -103,6 +101,12 @@ class RoundPlan:
         )
         if self._horizon - self._next_request <= 2 * self._window:
             self._ask_for_horizon(core, now)
+
+    def _due_again(self, now: float) -> list[int]:
+        """The rounds to ask for again now (takes them off the retry list)."""
+        due = [rounds for when, rounds in self._retry if when <= now]
+        self._retry = [(when, rounds) for when, rounds in self._retry if when > now]
+        return [r for rounds in due for r in rounds]
 
     def _ask(self, core: ReadCore, rounds: list[int], now: float) -> None:
         """Asks each round's task for its rounds, in chunks pipelined to the worker."""
