@@ -32,6 +32,7 @@ from zmqdata_cli.daemons import build_dispatcher
 
 from zmqdata import service
 from zmqdata._runtime import yaml_config
+from zmqdata._runtime.clock import Backoff
 
 logger = logging.getLogger("zmqdata")
 
@@ -39,6 +40,15 @@ BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
 STABLE_AFTER_S = 30.0  # a worker up this long has its backoff and crashes reset
 CRASH_WINDOW_S = 120.0
 STOP_GRACE_S = 10.0
+
+
+def restart_backoff() -> Backoff:
+    """Delays between a worker's restarts: doubling, and jittered.
+
+    Workers that crashed together (their dispatcher or host gone) do not all
+    come back at the same moment.
+    """
+    return Backoff(BACKOFF_START_S, BACKOFF_MAX_S, jitter=0.5)
 
 
 @dataclass
@@ -51,7 +61,7 @@ class _Slot:
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restart_at: float | None = None
-    backoff_s: float = BACKOFF_START_S
+    backoff: Backoff = field(default_factory=restart_backoff)
     crashes: list[float] = field(default_factory=list)
     """When the worker exited, since it last ran ``STABLE_AFTER_S``."""
 
@@ -83,7 +93,8 @@ class _Slot:
         code = self.proc.poll()
         if code is None:
             if now - self.started_at >= STABLE_AFTER_S:
-                self.backoff_s, self.crashes = BACKOFF_START_S, []
+                self.crashes = []
+                self.backoff.reset()
             return
         self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
         if len(self.crashes) >= self.max_crashes:
@@ -92,14 +103,14 @@ class _Slot:
                 f"within {CRASH_WINDOW_S:g} s (last exit code {code}); "
                 "stopping the deployment"
             )
+        delay = self.backoff.next_delay()
         logger.warning(
             "worker %d exited with code %d; restarting in %.1f s",
             self.index,
             code,
-            self.backoff_s,
+            delay,
         )
-        self.restart_at = now + self.backoff_s
-        self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+        self.restart_at = now + delay
 
     def terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -9,7 +9,7 @@ import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal
 from tests.helpers import poll_for
 from zmqdata import service
-from zmqdata._client import reader
+from zmqdata._client import credit
 
 
 def mixed(i: int) -> dict:
@@ -120,7 +120,7 @@ def test_big_elements_arrive_bit_exact(cluster, nbytes, compression, protocol):
 def small_requests(monkeypatch):
     """One element per request, two requests in flight per task: the last
     request of a finished task is answered by an empty end-of-input reply."""
-    monkeypatch.setattr(reader, "REQUEST_BYTES", 1)
+    monkeypatch.setattr(credit, "REQUEST_BYTES", 1)
 
 
 def numbered(i) -> np.ndarray:
@@ -145,7 +145,7 @@ def test_large_elements_pipelined_from_two_workers_exactly_once(
 
 
 def test_the_default_byte_cap_counts_decoded_bytes_not_wire_bytes(cluster, monkeypatch):
-    monkeypatch.setattr(reader, "DEFAULT_MAX_BUFFERED_BYTES", 8 * 2**20)
+    monkeypatch.setattr(credit, "DEFAULT_MAX_BUFFERED_BYTES", 8 * 2**20)
     c = cluster(num_workers=1)
     zeros = zd.Dataset.range(100).map(lambda i: np.zeros(2**20, np.uint8))  # 1 MiB
     ds = zeros.apply(service.distribute("parallel_epochs", c.target))  # zstd: ~100 B

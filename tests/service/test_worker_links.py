@@ -96,7 +96,7 @@ def test_a_long_read_keeps_no_socket_for_workers_that_left(cluster):
         for _ in range(3):  # a worker joins, the older one leaves
             c.add_worker()
             c.workers[-2].stop()
-            poll_for(lambda: len(fetcher._tasks) == 1, timeout=10)
+            poll_for(lambda: len(fetcher._core.tasks) == 1, timeout=10)
             next(it)
         poll_for(lambda: len(fetcher._sockets_by_endpoint) == 1, timeout=10)
         watched = set(fetcher._links._by_endpoint)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._client import rpc, settings
-from zmqdata._client.reader import DistributedIterator, Fetcher, ReadOptions
-from zmqdata._client.rounds import RoundFetcher
+from zmqdata._client.core import ReadOptions
+from zmqdata._client.reader import DistributedIterator
 from zmqdata._dataset import graph
 from zmqdata._dataset.constants import (
     AUTOTUNE,
@@ -386,5 +386,4 @@ class DataService(Op):
             current.dispatcher_timeout_s,
         )
         repetition = node.next_pass() if options.job_name is not None else 0
-        fetcher = Fetcher if options.num_consumers is None else RoundFetcher
-        return DistributedIterator(options, current, job.job_id, repetition, fetcher)
+        return DistributedIterator(options, current, job.job_id, repetition)

@@ -1,4 +1,4 @@
-"""``RoundFetcher``: coordinated reads, one element per round, rounds in order.
+"""``RoundPlan``: coordinated reads, one element per round, rounds in order (pure).
 
 Round ``r`` is served by one task, chosen from the dispatcher's schedule: the
 epoch ``(start, task_ids)`` with the largest ``start <= r`` gives task
@@ -11,36 +11,37 @@ The dispatcher promises that the schedule never changes below its *horizon*;
 a consumer requests rounds below the horizon only, and asks for a further
 horizon (a heartbeat with its current round) well before it gets there. A
 worker that joins enters the schedule at the horizon; rounds owed by a task
-whose worker died are skipped by every consumer alike.
+whose worker died are skipped by every consumer alike. A round its worker has not started yet
+(``NOT_FOUND``) is asked again after ``NOT_FOUND_RETRY_S``.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Any
 
-import zmq
-
-from zmqdata._client.reader import Fetcher, decode_elements
+from zmqdata._client.core import ReadCore, ReadOptions, Task
+from zmqdata._client.credit import decode_elements
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
 
 DEFAULT_WINDOW = 256
 """Rounds requested ahead of the trainer when max_outstanding_requests is unset."""
-
+NOT_FOUND_RETRY_S = 0.005
+"""A round whose task its worker has not started yet is asked again after this."""
+UNSENT_RETRY_S = 0.01
+"""A request that could not be queued (the worker is gone) is retried after this."""
 
 _SKIPPED = object()
 
 
-class RoundFetcher(Fetcher):
+class RoundPlan:
     """Reads one job as consumer ``consumer_index`` of ``num_consumers``."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        assert self._options.consumer_index is not None
-        self._consumer_index = self._options.consumer_index
-        self._window = self._options.max_outstanding_requests or DEFAULT_WINDOW
+    def __init__(self, options: ReadOptions) -> None:
+        assert options.consumer_index is not None
+        self._consumer_index = options.consumer_index
+        self._window = options.max_outstanding_requests or DEFAULT_WINDOW
         self._chunk = max(1, self._window // 4)
         self._schedule: list[tuple[int, list[int]]] = []
         self._horizon = 0
@@ -54,19 +55,23 @@ class RoundFetcher(Fetcher):
 
     # ------------------------------------------------------------ dispatcher
 
-    def _current_round(self) -> int:
+    def current_round(self) -> int:
+        """The lowest round not asked for yet (the dispatcher extends the horizon)."""
         return self._next_request
 
-    def _apply_state(self, state: m.IterationState) -> None:
-        super()._apply_state(state)
+    def forget(self, task: Task) -> None:
+        """Rounds of a task that is gone are skipped in ``on_state``."""
+
+    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+        """Follows the schedule and its horizon; skips the rounds of tasks gone."""
         self._schedule = [(start, list(task_ids)) for start, task_ids in state.rounds]
         self._horizon = max(self._horizon, state.horizon)
         self._asking_horizon = False
         for batch_id, (task_id, rounds) in list(self._batches.items()):
-            if task_id not in self._tasks:  # its worker is gone: nobody gets these
+            if task_id not in core.tasks:  # its worker is gone: nobody gets these
                 del self._batches[batch_id]
                 self._arrived.update(dict.fromkeys(rounds, _SKIPPED))
-        self._deliver_in_order()
+        self._deliver_in_order(core)
 
     def _task_for(self, round_: int) -> int | None:
         epoch = None
@@ -81,84 +86,82 @@ class RoundFetcher(Fetcher):
 
     # ------------------------------------------------------------ workers
 
-    def _request_more(self) -> None:
-        if self._done:
-            return
-        now = time.monotonic()
-        due = [rounds for when, rounds in self._retry if when <= now]
-        self._retry = [(when, rounds) for when, rounds in self._retry if when > now]
-        wanted = [r for rounds in due for r in rounds]
-        buffered = self._counters.received - self._counters.consumed
+    def request_more(self, core: ReadCore, now: float) -> None:
+        """Asks for the rounds due again and the window ahead, below the horizon."""
+        wanted = self._due_again(now)
+        counters = core.counters
+        buffered = counters.received - counters.consumed
         limit = min(self._next_deliver + self._window - buffered, self._horizon)
         while self._next_request < limit and self._task_for(self._next_request):
             wanted.append(self._next_request)
             self._next_request += 1
-        self._ask(wanted, now)
-        self._counters.starved = self._next_request < self._horizon and (
+        self._ask(core, wanted, now)
+        counters.starved = self._next_request < self._horizon and (
             self._next_request >= limit
         )
         if self._horizon - self._next_request <= 2 * self._window:
-            self._ask_for_horizon(now)
+            self._ask_for_horizon(core, now)
 
-    def _ask(self, rounds: list[int], now: float) -> None:
+    def _due_again(self, now: float) -> list[int]:
+        """The rounds to ask for again now (takes them off the retry list)."""
+        due = [rounds for when, rounds in self._retry if when <= now]
+        self._retry = [(when, rounds) for when, rounds in self._retry if when > now]
+        return [r for rounds in due for r in rounds]
+
+    def _ask(self, core: ReadCore, rounds: list[int], now: float) -> None:
         """Asks each round's task for its rounds, in chunks pipelined to the worker."""
         by_task: dict[int, list[int]] = {}
         for round_ in rounds:
             by_task.setdefault(self._task_for(round_) or 0, []).append(round_)
         for task_id, task_rounds in by_task.items():
-            task = self._tasks.get(task_id)
+            task = core.tasks.get(task_id)
             if task is None:  # the task's worker is gone: every consumer skips these
                 self._arrived.update(dict.fromkeys(task_rounds, _SKIPPED))
                 continue
             for i in range(0, len(task_rounds), self._chunk):
-                self._send(
-                    task_id, task.endpoint, task_rounds[i : i + self._chunk], now
-                )
-        self._deliver_in_order()
+                self._send(core, task, task_rounds[i : i + self._chunk], now)
+        self._deliver_in_order(core)
 
-    def _send(self, task_id: int, endpoint: str, rounds: list[int], now: float) -> None:
+    def _send(self, core: ReadCore, task: Task, rounds: list[int], now: float) -> None:
         batch_id = next(self._batch_ids)
         request = m.GetElements(
             request_id=batch_id,
-            task_id=task_id,
-            client_id=self._client_id,
+            task_id=task.task_id,
+            client_id=core.client_id,
             max_elements=len(rounds),
             rounds=rounds,
             consumer_index=self._consumer_index,
-            ticket=self._tasks[task_id].ticket,
+            ticket=task.ticket,
         )
-        try:
-            self._socket_for(endpoint).send(m.encode(request), zmq.NOBLOCK)
-        except zmq.Again:
-            self._retry.append((now + 0.01, rounds))
+        if not core.transport.to_worker(task.endpoint, request):
+            self._retry.append((now + UNSENT_RETRY_S, rounds))
             return
-        self._batches[batch_id] = (task_id, rounds)
+        self._batches[batch_id] = (task.task_id, rounds)
 
-    def _ask_for_horizon(self, now: float) -> None:
+    def _ask_for_horizon(self, core: ReadCore, now: float) -> None:
         if not self._asking_horizon:
             self._asking_horizon = True
-            self._heartbeat(now)
+            core.heartbeat(now)
 
-    def _on_worker(self, parts: list[Any]) -> None:
-        self._last_worker_reply = time.monotonic()
-        header = m.decode(parts[0].buffer)
-        if isinstance(header, m.Error):
-            self._on_round_error(header)
-        elif isinstance(header, m.Elements) and header.request_id in self._batches:
+    def on_elements(
+        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
+    ) -> None:
+        """Takes a batch of rounds; hands out those next in order."""
+        if header.request_id in self._batches:
             del self._batches[header.request_id]
             elements, _ = decode_elements(header, parts)
             self._arrived.update(zip(header.rounds, elements, strict=True))
-            self._deliver_in_order()
+            self._deliver_in_order(core)
 
-    def _on_round_error(self, error: m.Error) -> None:
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+        """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
         batch = self._batches.pop(error.request_id, None)
         if batch is not None and error.code == "NOT_FOUND":
-            # The worker has not started the task yet: ask again soon.
-            self._retry.append((time.monotonic() + 0.005, batch[1]))
+            self._retry.append((now + NOT_FOUND_RETRY_S, batch[1]))
             return
-        self._fail(from_code(error.code, error.message))
+        core.fail(from_code(error.code, error.message))
 
-    def _deliver_in_order(self) -> None:
+    def _deliver_in_order(self, core: ReadCore) -> None:
         run = []
         while self._next_deliver in self._arrived:
             element = self._arrived.pop(self._next_deliver)
@@ -166,4 +169,4 @@ class RoundFetcher(Fetcher):
             if element is not _SKIPPED:
                 run.append(element)
         if run:
-            self._deliver(run, 0)
+            core.deliver(run, 0)

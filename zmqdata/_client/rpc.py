@@ -23,7 +23,7 @@ import zmq
 
 from zmqdata._client import settings as client_settings
 from zmqdata._runtime import auth, reach
-from zmqdata._runtime.clock import Backoff, Deadline
+from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._wire import messages as m
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
@@ -38,7 +38,7 @@ WARN_AFTER_S = 3.0
 def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float) -> R:
     """Sends ``request`` to ``target`` and returns its ``reply_type`` reply."""
     request = dataclasses.replace(request, request_id=next(_request_ids))
-    deadline, backoff = Deadline(timeout_s), Backoff(0.5, 5.0, rng=lambda: 1.0)
+    deadline, backoff = Deadline(timeout_s), Backoff(0.5, 5.0, jitter=0.0)
     keys = client_settings.current().keys()
     sock: zmq.Socket[Any] = context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -52,32 +52,15 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
     warned = False
     try:
         sock.connect(target)
-        while True:
+        for wait in attempts(deadline, backoff):
             sock.send(m.encode(request))
-            wait = Deadline(backoff.next_delay())
-            while True:
-                remaining = min(wait.remaining() or 0.0, deadline.remaining() or 0.0)
-                if remaining <= 0:
-                    break
-                events = dict(poller.poll(int(remaining * 1000) + 1))
-                if monitor in events:
-                    auth.check_handshake(monitor, target)
-                if sock in events:
-                    reply = _decode(sock.recv())
-                    if reply.request_id != request.request_id:
-                        continue  # a late answer to an earlier attempt
-                    if isinstance(reply, m.Error):
-                        raise from_code(reply.code, reply.message)
-                    if not isinstance(reply, reply_type):
-                        raise UnavailableError(
-                            f"{target} answered {reply.TYPE!r} to {request.TYPE!r}"
-                        )
-                    return reply
-            if deadline.expired():
-                raise UnavailableError(
-                    f"no answer from {target} to {request.TYPE!r} within "
-                    f"{timeout_s:g} s: {reach.diagnose(target)}"
-                )
+            reply = _wait_for_reply(sock, monitor, poller, wait, target, request)
+            if reply is not None:
+                if not isinstance(reply, reply_type):
+                    raise UnavailableError(
+                        f"{target} answered {reply.TYPE!r} to {request.TYPE!r}"
+                    )
+                return reply
             silent_s = time.monotonic() - started
             if not warned and silent_s >= WARN_AFTER_S:
                 warned = True
@@ -88,9 +71,41 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
                     reach.diagnose(target),
                     timeout_s,
                 )
+        raise UnavailableError(
+            f"no answer from {target} to {request.TYPE!r} within "
+            f"{timeout_s:g} s: {reach.diagnose(target)}"
+        )
     finally:
         auth.close_monitor(sock, monitor)
         sock.close(linger=0)
+
+
+def _wait_for_reply(
+    sock: zmq.Socket[Any],
+    monitor: zmq.Socket[Any],
+    poller: zmq.Poller,
+    wait: Deadline,
+    target: str,
+    request: m.Message,
+) -> m.Message | None:
+    """The answer to ``request`` within ``wait`` (None if none came).
+
+    Raises:
+        PermissionDeniedError: The CURVE handshake was refused.
+        ZmqDataError: The answer is an error.
+    """
+    while (remaining := wait.remaining() or 0.0) > 0:
+        events = dict(poller.poll(int(remaining * 1000) + 1))
+        if monitor in events:
+            auth.check_handshake(monitor, target)
+        if sock in events:
+            reply = _decode(sock.recv())
+            if reply.request_id != request.request_id:
+                continue  # a late answer to an earlier attempt
+            if isinstance(reply, m.Error):
+                raise from_code(reply.code, reply.message)
+            return reply
+    return None
 
 
 def _decode(payload: bytes) -> m.Message:

@@ -30,7 +30,6 @@ import hmac
 import logging
 import os
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 from zmq.utils.monitor import parse_monitor_message
 
-from zmqdata._runtime.loop import context
+from zmqdata._runtime.loop import context, retry_bind
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata.errors import PermissionDeniedError
 
@@ -380,18 +379,18 @@ def acquire(keys: ServerKeys | None) -> None:
 
 def _start_authenticator() -> _Authenticator:
     # A just-stopped authenticator's ZAP endpoint is freed asynchronously.
-    deadline = time.monotonic() + 5.0
-    while True:
-        authenticator = _Authenticator()
-        try:
-            authenticator.start()
-            return authenticator
-        except zmq.ZMQError as error:
-            if authenticator.zap_socket is not None:
-                authenticator.zap_socket.close(linger=0)
-            if error.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
-                raise
-            threading.Event().wait(0.02)
+    return retry_bind(_try_authenticator)
+
+
+def _try_authenticator() -> _Authenticator:
+    authenticator = _Authenticator()
+    try:
+        authenticator.start()
+    except zmq.ZMQError:
+        if authenticator.zap_socket is not None:
+            authenticator.zap_socket.close(linger=0)
+        raise
+    return authenticator
 
 
 def release(keys: ServerKeys | None) -> None:

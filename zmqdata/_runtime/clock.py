@@ -1,18 +1,35 @@
-"""Time: deadlines and full-jitter exponential backoff. The one place that sleeps.
+"""Time: deadlines, exponential backoff and retries. The one place that sleeps.
+
+Every retry in the library is one of two shapes: ``retry`` calls a function
+until it stops raising a retryable error (binding an address a just-stopped
+server still holds); ``attempts`` paces a request re-sent until answered (an
+RPC, a split request), yielding how long to wait for each attempt's answer.
+Both take a ``Backoff``; delays are jittered where many peers retry at once.
 
 >>> d = Deadline(10.0, now=100.0)
 >>> d.remaining(now=104.0), d.expired(now=111.0)
 (6.0, True)
->>> b = Backoff(initial_s=0.01, maximum_s=1.0, rng=lambda: 1.0)
+>>> b = Backoff(initial_s=0.01, maximum_s=1.0, jitter=0.0)
 >>> [b.next_delay() for _ in range(4)]
 [0.01, 0.02, 0.04, 0.08]
+>>> calls = []
+>>> def flaky() -> int:
+...     calls.append(1)
+...     if len(calls) < 3:
+...         raise OSError("busy")
+...     return len(calls)
+>>> retry(flaky, lambda e: isinstance(e, OSError), 1.0, Backoff(0.0), wait=calls.append)
+3
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 now = time.monotonic
 
@@ -37,9 +54,11 @@ class Deadline:
 
 
 class Backoff:
-    """Full-jitter exponential backoff: delay k is uniform in ``[0, initial * 2**k]``.
+    """Exponential backoff: delay k is ``cap = min(maximum, initial * 2**k)``, jittered.
 
-    ``rng`` returns a float in [0, 1); tests pass a constant to get the caps.
+    ``jitter`` is the share of the cap drawn at random: 1 (the default, full
+    jitter) gives a delay uniform in ``[0, cap]``, 0.5 one in ``[cap / 2, cap]``,
+    0 the cap itself. ``rng`` returns a float in [0, 1); ``minimum_s`` is a floor.
     """
 
     def __init__(
@@ -47,19 +66,59 @@ class Backoff:
         initial_s: float = 0.01,
         maximum_s: float = 1.0,
         rng: Callable[[], float] = random.random,
+        jitter: float = 1.0,
+        minimum_s: float = 0.0,
     ) -> None:
         self._initial, self._maximum, self._rng = initial_s, maximum_s, rng
+        self._jitter, self._minimum = jitter, minimum_s
         self._attempt = 0
 
     def next_delay(self) -> float:
         """The delay before the next attempt."""
         cap = min(self._maximum, self._initial * 2**self._attempt)
         self._attempt += 1
-        return float(cap * self._rng())
+        share = 1.0 - self._jitter + self._jitter * self._rng()
+        return max(self._minimum, float(cap * share))
 
     def reset(self) -> None:
         """Starts again from the smallest delay (after a success)."""
         self._attempt = 0
+
+
+def retry(
+    attempt: Callable[[], T],
+    retryable: Callable[[Exception], bool],
+    timeout_s: float,
+    backoff: Backoff,
+    wait: Callable[[float], Any] | None = None,
+) -> T:
+    """Calls ``attempt`` until it returns, waiting ``backoff`` after a retryable error.
+
+    Raises:
+        Exception: What ``attempt`` raised, when it is not ``retryable`` or
+            ``timeout_s`` has passed.
+    """
+    deadline = Deadline(timeout_s)
+    while True:
+        try:
+            return attempt()
+        except Exception as error:
+            if not retryable(error) or deadline.expired():
+                raise
+        (wait or sleep)(backoff.next_delay())
+
+
+def attempts(deadline: Deadline, backoff: Backoff) -> Iterator[Deadline]:
+    """Paces a request re-sent until answered: one wait per attempt, till ``deadline``.
+
+    Each item is how long to wait for that attempt's answer (the next backoff
+    delay, never past ``deadline``); the caller sends, waits, and on no answer
+    goes on to the next item. None is left once ``deadline`` has passed.
+    """
+    while not deadline.expired():
+        remaining = deadline.remaining()
+        delay = backoff.next_delay()
+        yield Deadline(delay if remaining is None else min(delay, remaining))
 
 
 def sleep(seconds: float) -> None:

@@ -16,20 +16,24 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import zmq
 
-from zmqdata._runtime import ipc
+from zmqdata._runtime import clock, ipc
 from zmqdata.errors import DeadlineExceededError, UnavailableError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _STOP = b"STOP"
 _ids = itertools.count()
 START_TIMEOUT_S = 30.0
 JOIN_TIMEOUT_S = 30.0
 UNBIND_TIMEOUT_MS = 2_000
+BIND_RETRY_S = 5.0
+"""How long a bind is retried while its address is still in use."""
 MAX_MESSAGE_BYTES = 1 << 30
 """Largest inbound frame a server socket accepts (``zmq.MAXMSGSIZE``): a peer that
 sends more is disconnected before the frame is buffered."""
@@ -228,6 +232,19 @@ class PollLoop:
         self._loop_sockets.clear()
 
 
+def retry_bind(attempt: Callable[[], T]) -> T:
+    """Calls ``attempt`` (a bind) again while its address is in use, for up to 5 s.
+
+    A just-stopped server frees its address asynchronously.
+    """
+    return clock.retry(
+        attempt,
+        lambda error: isinstance(error, zmq.ZMQError) and error.errno == zmq.EADDRINUSE,
+        BIND_RETRY_S,
+        clock.Backoff(0.02, 0.02, jitter=0.0),
+    )
+
+
 def bind(sock: zmq.Socket[Any], protocol: str, host: str, port: int) -> str:
     """Binds ``sock`` and returns the real endpoint (port 0 picks a free port).
 
@@ -239,14 +256,9 @@ def bind(sock: zmq.Socket[Any], protocol: str, host: str, port: int) -> str:
         endpoint = f"ipc://{host}"
     else:
         endpoint = f"{protocol}://{host}"
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            sock.bind(endpoint)
-            break
-        except zmq.ZMQError as error:
-            if error.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
-                raise UnavailableError(f"cannot bind {endpoint}: {error}") from None
-            threading.Event().wait(0.02)
+    try:
+        retry_bind(lambda: sock.bind(endpoint))
+    except zmq.ZMQError as error:
+        raise UnavailableError(f"cannot bind {endpoint}: {error}") from None
     real: bytes = sock.getsockopt(zmq.LAST_ENDPOINT)  # type: ignore[assignment]
     return real.decode()

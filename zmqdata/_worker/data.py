@@ -24,8 +24,8 @@ from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
+from zmqdata._worker import serving
 from zmqdata._worker.buffer import Encoded, Raw
-from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
 from zmqdata._worker.task import TaskRunner
@@ -260,56 +260,19 @@ class DataLoop(PollLoop):
 
     def _serve(self, request: Request) -> bool:
         """Answers ``request`` if there is anything to say; False to park it."""
-        sock, peer, message = request
-        runner = self._runners.get(message.task_id)
-        if runner is None:
-            self._reply_error(
-                request, "NOT_FOUND", f"task {message.task_id} is not on this worker"
+        runner = self._runners.get(request[2].task_id)
+        output = None
+        if runner is not None:
+            output = runner.buffer if runner.cache is None else runner.cache
+        decision = serving.answer(request[2], output)
+        if isinstance(decision, serving.Refuse):
+            self._reply_error(request, decision.code, decision.text)
+        elif decision is not None:
+            assert runner is not None
+            self._send_items(
+                request, decision.items, decision.end_of_sequence, runner=runner
             )
-            return True
-        if runner.cache is not None:
-            return self._serve_cached(request, runner, runner.cache)
-        items = runner.buffer.take(message.max_elements)
-        finished = runner.buffer.finished
-        if items:
-            eos = finished and runner.buffer.error is None
-            self._send_items(request, items, eos, runner=runner)
-        elif finished and runner.buffer.error is not None:
-            self._reply_error(request, *runner.buffer.error)
-        elif finished:
-            header = m.Elements(
-                request_id=message.request_id,
-                task_id=message.task_id,
-                count=0,
-                end_of_sequence=True,
-            )
-            self.stats.served(0, 0)
-            runner.stats.served(0, 0)
-            sock.send_multipart([peer, m.encode(header)])
-        else:
-            return False
-        return True
-
-    def _serve_cached(
-        self,
-        request: Request,
-        runner: TaskRunner,
-        cache: SlidingWindowCache[Raw | Encoded],
-    ) -> bool:
-        """Cross-trainer cache: serves from the trainer's own position."""
-        message = request[2]
-        if message.trainer_id is None:
-            text = f"task {message.task_id} reads through the cross-trainer cache: "
-            self._reply_error(request, "INVALID_ARGUMENT", text + "name a trainer_id")
-            return True
-        items = cache.take(message.trainer_id, message.max_elements)
-        if items:
-            self._send_items(request, items, eos=False, runner=runner)
-        elif cache.finished_for(message.trainer_id) and cache.error is not None:
-            self._reply_error(request, *cache.error)
-        else:
-            return False
-        return True
+        return decision is not None
 
     def _send_items(
         self,

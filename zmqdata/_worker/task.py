@@ -19,7 +19,7 @@ from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._runtime import auth
-from zmqdata._runtime.clock import Backoff, Deadline
+from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import frames
@@ -72,7 +72,7 @@ class RemoteSplitProvider(SplitProvider):
         self._sock: zmq.Socket[Any] | None = None
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
-        self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, rng=lambda: 1.0)
+        self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
 
     def _socket(self) -> zmq.Socket[Any]:
         if self._sock is None:
@@ -101,20 +101,18 @@ class RemoteSplitProvider(SplitProvider):
         return reply.split
 
     def _call(self, request: m.GetSplit) -> m.Message:
-        deadline, backoff = Deadline(self._timeout_s), Backoff(0.1, 2.0)
-        while not deadline.expired():
+        # Every worker asks again after a dispatcher restart: jittered delays.
+        backoff = Backoff(0.1, 2.0, minimum_s=0.5)
+        for wait in attempts(Deadline(self._timeout_s), backoff):
             sock = self._socket()
             sock.send(m.encode(request))
-            waited = 0.0
-            retry_after = max(0.5, backoff.next_delay())
-            while waited < retry_after:
+            while not wait.expired():
                 if self._stop.is_set():
                     raise Cancelled
                 if sock.poll(_POLL_MS):
                     reply = m.decode(sock.recv())
                     if reply.request_id == request.request_id:
                         return reply
-                waited += _POLL_MS / 1000
             self.close()  # drop a request the dispatcher may never answer
         raise UnavailableError(f"no split from dispatcher {self._dispatcher} in time")
 

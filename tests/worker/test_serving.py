@@ -1,0 +1,68 @@
+"""``serving.answer``: what a worker sends for a first-come request, given its buffer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zmqdata._wire import messages as m
+from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
+from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.serving import Refuse, Send, answer
+
+
+def _request(max_elements: int = 8, **fields: Any) -> m.GetElements:
+    return m.GetElements(task_id=3, client_id=1, max_elements=max_elements, **fields)
+
+
+def _buffer(*elements: int) -> TaskBuffer:
+    buffer = TaskBuffer(max_items=100, max_bytes=2**20)
+    for element in elements:
+        buffer.put(Raw(element), 8)
+    return buffer
+
+
+def test_a_task_not_here_is_not_found() -> None:
+    assert answer(_request(), None) == Refuse(
+        "NOT_FOUND", "task 3 is not on this worker"
+    )
+
+
+def test_everything_buffered_goes_up_to_the_credit() -> None:
+    buffer = _buffer(1, 2, 3)
+    assert answer(_request(2), buffer) == Send([Raw(1), Raw(2)], False)
+    assert answer(_request(2), buffer) == Send([Raw(3)], False)
+    assert answer(_request(2), buffer) is None  # park until the producer adds
+
+
+def test_the_last_items_carry_the_end_of_the_sequence() -> None:
+    buffer = _buffer(1)
+    buffer.finish(None)
+    assert answer(_request(), buffer) == Send([Raw(1)], True)
+    assert answer(_request(), buffer) == Send([], True)
+
+
+def test_a_failed_producer_sends_its_items_then_its_error() -> None:
+    buffer = _buffer(1)
+    buffer.finish(("DATA_LOSS", "boom"))
+    assert answer(_request(), buffer) == Send([Raw(1)], False)
+    assert answer(_request(), buffer) == Refuse("DATA_LOSS", "boom")
+
+
+def test_the_cross_trainer_cache_serves_each_trainer_from_its_position() -> None:
+    cache: SlidingWindowCache[Raw | Encoded] = SlidingWindowCache(max_bytes=2**20)
+    for element in (1, 2):
+        cache.put(Raw(element), 8)
+    assert answer(_request(1, trainer_id="a"), cache) == Send([Raw(1)], False)
+    assert answer(_request(5, trainer_id="b"), cache) == Send([Raw(1), Raw(2)], False)
+    assert answer(_request(5, trainer_id="b"), cache) is None
+    refused = answer(_request(), cache)
+    assert isinstance(refused, Refuse)
+    assert refused.code == "INVALID_ARGUMENT"
+
+
+def test_a_failed_cache_refuses_a_trainer_at_its_end() -> None:
+    cache: SlidingWindowCache[Raw | Encoded] = SlidingWindowCache(max_bytes=2**20)
+    cache.put(Raw(1), 8)
+    cache.finish(("DATA_LOSS", "boom"))
+    assert answer(_request(trainer_id="a"), cache) == Send([Raw(1)], False)
+    assert answer(_request(trainer_id="a"), cache) == Refuse("DATA_LOSS", "boom")

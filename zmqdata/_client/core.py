@@ -1,0 +1,357 @@
+"""``ReadCore``: a reader's decisions, pure: no sockets, no clock of its own.
+
+The fetcher thread (``reader.Fetcher``) owns the sockets and feeds the core
+what happens, with ``now``: the dispatcher's replies, the workers' replies,
+lost links, ticks. The core keeps the task table, decides when to heartbeat,
+when the read has ended or failed, and leaves how to ask workers for elements
+to its ``Plan``: first come, first served (``credit.CreditPlan``) or
+coordinated rounds (``rounds.RoundPlan``). What it sends goes out through a
+``Transport``. Tests drive it with a fake clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from zmqdata._runtime.clock import Backoff
+from zmqdata._runtime.process import PROCESS_TOKEN
+from zmqdata._wire import messages as m
+from zmqdata.errors import FailedPreconditionError, UnavailableError, from_code
+
+END = object()
+"""Put on the trainer's queue when the read is over."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What a consumer asked for in ``distribute`` / ``from_dataset_id``."""
+
+    service: str
+    dataset_id: str
+    processing_mode: int
+    job_name: str | None
+    max_outstanding_requests: int | None
+    data_transfer_protocol: str | None
+    target_workers: str
+    consumer_index: int | None = None
+    num_consumers: int | None = None
+    trainer_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The reader's timings (from ``ClientSettings``)."""
+
+    heartbeat_s: float
+    dispatcher_timeout_s: float
+    worker_timeout_s: float
+
+
+@dataclass
+class Failure:
+    """Put on the trainer's queue when the read failed."""
+
+    error: BaseException
+
+
+def not_found_backoff() -> Backoff:
+    """Retries of a task its worker has not started yet: 4 ms doubling to 100 ms."""
+    return Backoff(0.004, 0.1, rng=lambda: 1.0)
+
+
+@dataclass
+class Task:
+    """A task this reader reads, and what it is owed by it."""
+
+    task_id: int
+    endpoint: str
+    ticket: bytes = b""
+    """CurveZMQ: the read ticket the dispatcher gave this client's key."""
+    requests: dict[int, int] = field(default_factory=dict)
+    """Requests in flight: request id -> elements asked for."""
+    finished: bool = False
+    retry_at: float = 0.0
+    backoff: Backoff = field(default_factory=not_found_backoff)
+    asked: int = 0
+    """The request id of the last request sent (credit goes to the longest idle)."""
+
+    @property
+    def outstanding(self) -> int:
+        """Elements asked for and not answered yet."""
+        return sum(self.requests.values())
+
+    def retry_later(self, now: float) -> None:
+        """Asks this task again after the next backoff delay."""
+        self.retry_at = now + self.backoff.next_delay()
+
+
+@dataclass
+class Counters:
+    """Single-writer counters: the fetcher writes ``received``, the trainer ``consumed``."""
+
+    received: int = 0
+    received_bytes: int = 0
+    consumed: int = 0
+    consumed_bytes: int = 0
+    starved: bool = False
+    sizes: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+
+    def average_size(self) -> int | None:
+        """Decoded bytes per element over the last replies (None before any)."""
+        if not self.sizes:
+            return None
+        return max(1, sum(self.sizes) // len(self.sizes))
+
+
+class Transport(Protocol):
+    """Where the core's messages go (the fetcher's sockets and queue)."""
+
+    def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
+        """Sends without blocking; False when the request could not be queued."""
+
+    def to_dispatcher(self, message: m.Message) -> None:
+        """Sends without blocking (a dispatcher that is gone is noticed by silence)."""
+
+    def to_trainer(self, item: Any) -> None:
+        """Hands ``(elements, nbytes)``, ``END`` or a ``Failure`` to the trainer."""
+
+
+class LinkState(Protocol):
+    """The connection state of the reader's worker links (``links.Links``)."""
+
+    def lost(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` was connected and is not now."""
+
+    def down_for(self, endpoint: str, now: float) -> float:
+        """Seconds ``endpoint`` has been without a connection (0 while up)."""
+
+
+class Plan(Protocol):
+    """How a reader asks its tasks for elements."""
+
+    def current_round(self) -> int | None:
+        """The round reported in heartbeats (None: first come, first served)."""
+
+    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+        """Follows a new task list (tasks gone are already forgotten)."""
+
+    def forget(self, task: Task) -> None:
+        """Drops ``task``'s requests in flight, which will never be answered."""
+
+    def request_more(self, core: ReadCore, now: float) -> None:
+        """Sends the requests the free credit allows."""
+
+    def on_elements(
+        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
+    ) -> None:
+        """Takes a data reply."""
+
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+        """Takes an error reply from a worker."""
+
+
+class ReadCore:
+    """One reader's tasks, liveness and end, asking for elements through ``plan``."""
+
+    def __init__(
+        self,
+        options: ReadOptions,
+        timeouts: Timeouts,
+        client_id: int,
+        counters: Counters,
+        plan: Plan,
+        transport: Transport,
+        links: LinkState,
+        now: float,
+    ) -> None:
+        self.options, self.timeouts, self.client_id = options, timeouts, client_id
+        self.counters, self.plan = counters, plan
+        self.transport, self.links = transport, links
+        self.tasks: dict[int, Task] = {}
+        self.done = False
+        self._finished = False
+        self._incarnation: str | None = None
+        self._heartbeat_due = 0.0
+        self._last_dispatcher_reply = now
+        self._last_worker_reply = now
+        self._request_id = 0
+
+    def next_request_id(self) -> int:
+        """A new request id (heartbeats and data requests share the sequence)."""
+        self._request_id += 1
+        return self._request_id
+
+    # ------------------------------------------------------------ events
+
+    def on_dispatcher(self, message: m.Message, now: float) -> None:
+        """Takes a dispatcher reply."""
+        self._last_dispatcher_reply = now
+        if isinstance(message, m.IterationState):
+            self.apply_state(message)
+        elif isinstance(message, m.Error):
+            self.fail(from_code(message.code, message.message))
+
+    def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
+        """Takes a worker reply (``parts`` are its frames, header first)."""
+        self._last_worker_reply = now
+        if isinstance(header, m.Error):
+            self.plan.on_error(self, header, now)
+        elif isinstance(header, m.Elements):
+            self.plan.on_elements(self, header, parts, now)
+
+    def on_links_lost(self, endpoints: list[str], now: float) -> None:
+        """A lost connection loses its replies: frees their credit for other tasks.
+
+        The tasks are asked again once their worker is connected again.
+        """
+        for task in self.tasks.values():
+            if task.endpoint in endpoints:
+                self.plan.forget(task)
+                self.report_if_finished(task, now)
+
+    def tick(self, now: float) -> None:
+        """Heartbeats when due; fails the read if the service went silent."""
+        if self.done:
+            return
+        if now >= self._heartbeat_due:
+            self.heartbeat(now)
+        error = self._silence(now) or self._unreachable(now)
+        if error is not None:
+            self.fail(error)
+            return
+        self.request_more(now)
+
+    def request_more(self, now: float) -> None:
+        """Sends the requests the free credit allows (nothing once ended)."""
+        if not self.done:
+            self.plan.request_more(self, now)
+
+    # ------------------------------------------------------------ dispatcher
+
+    def heartbeat(self, now: float) -> None:
+        """Sends a heartbeat, with the tasks finished and owing nothing."""
+        finished = [
+            t.task_id for t in self.tasks.values() if t.finished and not t.requests
+        ]
+        self.transport.to_dispatcher(
+            m.ClientHeartbeat(
+                request_id=self.next_request_id(),
+                client_id=self.client_id,
+                finished_tasks=finished,
+                current_round=self.plan.current_round(),
+            )
+        )
+        self._heartbeat_due = now + self.timeouts.heartbeat_s
+
+    def apply_state(self, state: m.IterationState) -> None:
+        """Follows the dispatcher's task list and end of input."""
+        if self._incarnation is None:
+            self._incarnation = state.incarnation
+        elif state.incarnation != self._incarnation:
+            self.fail(
+                FailedPreconditionError(
+                    f"dispatcher {self.options.service} restarted without "
+                    "fault_tolerant_mode and lost this job's state; start a new iterator"
+                )
+            )
+            return
+        listed = set()
+        for info in state.tasks:
+            if not self._wanted(info):
+                continue
+            listed.add(info["task_id"])
+            if info["task_id"] not in self.tasks:
+                self.tasks[info["task_id"]] = Task(
+                    info["task_id"], self._endpoint(info), info.get("ticket", b"")
+                )
+        for task_id in list(self.tasks):
+            if task_id not in listed:  # its worker is gone: skip what it owed us
+                self.plan.forget(self.tasks.pop(task_id))
+        self.plan.on_state(self, state)
+        self._finished = state.finished
+        self.maybe_end()
+
+    def endpoints(self) -> set[str]:
+        """The worker endpoints some task is read from."""
+        return {task.endpoint for task in self.tasks.values()}
+
+    def _wanted(self, info: dict[str, Any]) -> bool:
+        local = info.get("local_process") == PROCESS_TOKEN
+        return local or self.options.target_workers != "LOCAL"
+
+    def _endpoint(self, info: dict[str, Any]) -> str:
+        local = info.get("local_process") == PROCESS_TOKEN and info.get(
+            "inproc_address"
+        )
+        if local and self.options.data_transfer_protocol in (None, "inproc"):
+            return str(info["inproc_address"])
+        return str(info["data_address"])
+
+    # ------------------------------------------------------------ liveness
+
+    def readable_tasks(self) -> list[Task]:
+        """The tasks not at their end of input."""
+        return [t for t in self.tasks.values() if not t.finished]
+
+    def _silence(self, now: float) -> UnavailableError | None:
+        """The dispatcher is silent and no worker is left to read from."""
+        silent = now - self._last_dispatcher_reply
+        workers_silent = now - self._last_worker_reply
+        timeout = self.timeouts.dispatcher_timeout_s
+        if silent > timeout and (not self.readable_tasks() or workers_silent > timeout):
+            return UnavailableError(
+                f"dispatcher {self.options.service} silent for {silent:.0f} s "
+                "and no worker left to read from (or none answered for "
+                f"{workers_silent:.0f} s)"
+            )
+        return None
+
+    def _unreachable(self, now: float) -> UnavailableError | None:
+        """A task's worker has been unreachable for too long."""
+        timeout = self.timeouts.worker_timeout_s
+        for task in self.readable_tasks():
+            down = self.links.down_for(task.endpoint, now)
+            if down > timeout:
+                return UnavailableError(
+                    f"worker {task.endpoint} (task {task.task_id}) unreachable "
+                    f"for {down:.1f} s, over ZMQDATA_WORKER_TIMEOUT_S={timeout:g}: "
+                    "is its advertised address reachable from this host?"
+                )
+        return None
+
+    # ------------------------------------------------------------ ending
+
+    def deliver(self, elements: list[Any], nbytes: int) -> None:
+        """Hands decoded elements to the trainer thread."""
+        if elements:
+            self.counters.sizes.append(max(1, nbytes // len(elements)))
+            self.counters.received += len(elements)
+            self.counters.received_bytes += nbytes
+            self.transport.to_trainer((elements, nbytes))
+
+    def report_if_finished(self, task: Task, now: float) -> None:
+        """Reports a task ended once nothing more is owed by it."""
+        if task.finished and not task.requests:
+            self.heartbeat(now)
+            self.maybe_end()
+
+    def maybe_end(self) -> None:
+        """Ends once the iteration is over and nothing is owed to this reader.
+
+        A LOCAL reader ends when every task it reads has ended: the tasks of
+        other processes' workers, which it never reads, never finish for it.
+        """
+        busy = any(t.outstanding for t in self.tasks.values())
+        local_done = self.options.target_workers == "LOCAL" and bool(self.tasks)
+        over = self._finished or local_done
+        if over and not busy and not self.readable_tasks() and not self.done:
+            self.done = True
+            self.transport.to_trainer(END)
+
+    def fail(self, error: BaseException) -> None:
+        """Ends the read with ``error`` (once)."""
+        if not self.done:
+            self.done = True
+            self.transport.to_trainer(Failure(error))

@@ -1,0 +1,181 @@
+"""``CreditPlan``: first-come reads, under a credit of elements and bytes (pure).
+
+A reader keeps at most its credit of elements requested or buffered (workers
+long-poll, so the first element of any task arrives as soon as it exists).
+A task has one request in flight, for its share of the free credit; workers
+answer with everything buffered, so small elements arrive in large batches.
+When that share is more than ``REQUEST_BYTES`` of elements (large arrays), a
+task gets requests of about ``REQUEST_BYTES`` each, ``PIPELINED_REQUESTS`` of
+them in flight, so the link never idles while the next request travels.
+Scarce credit goes to the task asked longest ago. A task its worker has not
+started yet (``NOT_FOUND``) is asked again with backoff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
+from zmqdata._wire import frames
+from zmqdata._wire import messages as m
+from zmqdata.errors import from_code
+
+DEFAULT_MAX_OUTSTANDING = 1024
+DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
+SHARED_MAX_OUTSTANDING = 128
+"""Default credit of a consumer of a named job, which others may read too: one
+consumer must not prefetch the whole job (tf.data's testSharedJobName)."""
+REQUEST_BYTES = 16 * 2**20
+"""Large elements are asked for about this many bytes per request, ..."""
+PIPELINED_REQUESTS = 2
+"""... with this many requests in flight per task (see the module docstring)."""
+
+
+def default_credit(options: ReadOptions) -> int:
+    """Credit without ``max_outstanding_requests``: small when consumers share elements.
+
+    Consumers of a named job split its elements first come, first served; with
+    a cross-trainer cache each trainer reads them all, so it keeps full credit.
+    """
+    shared = options.job_name is not None and options.trainer_id is None
+    return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
+
+
+def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
+    """The elements of a data reply, and the bytes they hold once decoded.
+
+    Checked as ``frames.decode_messages`` does: within the codec's limits, and
+    exactly the frames and the ``count`` elements the header lists.
+    """
+    return frames.decode_messages(parts[1:], header.parts, header.count)
+
+
+def _idle(core: ReadCore, tasks: list[Task], depth: int, now: float) -> list[Task]:
+    """The tasks to ask now (fewer than ``depth`` requests in flight), longest idle first.
+
+    A task waiting out a retry delay, or whose link is lost, is not asked.
+    """
+    idle = [
+        t
+        for t in tasks
+        if len(t.requests) < depth
+        and t.retry_at <= now
+        and not core.links.lost(t.endpoint)
+    ]
+    return sorted(idle, key=lambda t: t.asked)  # scarce credit rotates over the tasks
+
+
+class CreditPlan:
+    """Asks every task for its share of the free credit, first come, first served."""
+
+    def __init__(self, options: ReadOptions, counters: Counters) -> None:
+        self._trainer_id = options.trainer_id
+        self._counters = counters
+        self._capacity = options.max_outstanding_requests or default_credit(options)
+        self._byte_cap = (
+            None if options.max_outstanding_requests else DEFAULT_MAX_BUFFERED_BYTES
+        )
+        self._in_flight = 0
+        self._requests: dict[int, Task] = {}
+
+    def current_round(self) -> None:
+        """First-come readers have no round."""
+        return
+
+    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+        """Nothing to follow beyond the task list."""
+
+    def forget(self, task: Task) -> None:
+        """Drops ``task``'s requests in flight, which will never be answered."""
+        self._in_flight -= task.outstanding
+        for request_id in task.requests:
+            self._requests.pop(request_id, None)
+        task.requests.clear()
+
+    def request_more(self, core: ReadCore, now: float) -> None:
+        """Asks the idle tasks (longest idle first) for their share of the credit."""
+        readable = core.readable_tasks()
+        chunk = self._pipelined_chunk(len(readable))
+        idle = _idle(core, readable, 1 if chunk is None else PIPELINED_REQUESTS, now)
+        free = self._free_credit()
+        self._counters.starved = bool(idle) and free <= 0
+        for task in idle:
+            if free <= 0:
+                return
+            n = max(1, free // len(idle))
+            if chunk is not None:
+                n = min(n, chunk)
+            request_id = core.next_request_id()
+            request = m.GetElements(
+                request_id=request_id,
+                task_id=task.task_id,
+                client_id=core.client_id,
+                max_elements=n,
+                trainer_id=self._trainer_id,
+                ticket=task.ticket,
+            )
+            if not core.transport.to_worker(task.endpoint, request):
+                # No way to the worker (it is gone): ask again later, until the
+                # dispatcher drops its task.
+                task.retry_later(now)
+                continue
+            task.requests[request_id] = n
+            task.asked = request_id
+            self._requests[request_id] = task
+            self._in_flight += n
+            free -= n
+
+    def _pipelined_chunk(self, tasks: int) -> int | None:
+        """Elements per pipelined request, or None to ask for the whole share.
+
+        Requests are pipelined when a task's share of credit is worth more
+        than ``REQUEST_BYTES`` of elements (by the running average size).
+        """
+        average = self._counters.average_size()
+        if average is None or not tasks:
+            return None
+        chunk = max(1, REQUEST_BYTES // average)
+        return chunk if chunk < self._capacity // tasks else None
+
+    def _free_credit(self) -> int:
+        counters = self._counters
+        buffered = counters.received - counters.consumed
+        free = self._capacity - self._in_flight - buffered
+        if self._byte_cap is None:
+            return free
+        average = counters.average_size()
+        if average is None:
+            # No element size known yet: one element in flight, whose reply
+            # (with everything the worker had buffered) shows the size.
+            return 1 - self._in_flight - buffered
+        buffered_bytes = counters.received_bytes - counters.consumed_bytes
+        by_bytes = (self._byte_cap - buffered_bytes) // average - self._in_flight
+        return min(free, by_bytes)
+
+    def on_elements(
+        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
+    ) -> None:
+        """Delivers a reply's elements; a task at its end is reported once it owes nothing."""
+        task = self._requests.pop(header.request_id, None)
+        if task is None:
+            return  # the task was dropped meanwhile (with its requests)
+        self._in_flight -= task.requests.pop(header.request_id, 0)
+        task.backoff.reset()
+        core.deliver(*decode_elements(header, parts))
+        if header.end_of_sequence:
+            task.finished = True
+        core.report_if_finished(task, now)
+
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+        """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
+        task = self._requests.pop(error.request_id, None)
+        if task is None:
+            return  # answers a request dropped with its task (a worker that left)
+        if error.code != "NOT_FOUND":
+            core.fail(from_code(error.code, error.message))
+            return
+        self._in_flight -= task.requests.pop(error.request_id, 0)
+        if task.finished:
+            core.report_if_finished(task, now)
+            return
+        task.retry_later(now)

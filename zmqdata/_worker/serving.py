@@ -1,0 +1,76 @@
+"""What a worker answers to a first-come ``GetElements``, given the task's buffer.
+
+``answer`` decides from the request and the task's output (its ``TaskBuffer``,
+or its cross-trainer ``SlidingWindowCache``; None when the task is not on this
+worker): ``Send`` items (possibly none, at the end of the sequence), ``Refuse``
+with an error, or None to park the request until the producer adds something.
+It holds no socket; taking the items out of the buffer is its one effect.
+
+>>> from zmqdata._wire import messages as m
+>>> from zmqdata._worker.buffer import Raw, TaskBuffer
+>>> buffer = TaskBuffer(max_items=8, max_bytes=1024)
+>>> request = m.GetElements(task_id=1, client_id=1, max_elements=2)
+>>> answer(request, buffer) is None  # nothing yet: park it
+True
+>>> _ = buffer.put(Raw(7), 8)
+>>> answer(request, buffer)
+Send(items=[Raw(element=7)], end_of_sequence=False)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zmqdata._wire import messages as m
+from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
+from zmqdata._worker.cache import SlidingWindowCache
+
+Output = TaskBuffer | SlidingWindowCache[Raw | Encoded]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send these items (none: only the end of the sequence)."""
+
+    items: list[Raw | Encoded]
+    end_of_sequence: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Answer with this error."""
+
+    code: str
+    text: str
+
+
+def answer(request: m.GetElements, output: Output | None) -> Send | Refuse | None:
+    """What to answer ``request`` now; None to park it until there is news."""
+    if output is None:
+        return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
+    if isinstance(output, SlidingWindowCache):
+        return _from_cache(request, output)
+    items = output.take(request.max_elements)
+    finished = output.finished
+    if items:
+        return Send(items, finished and output.error is None)
+    if finished and output.error is not None:
+        return Refuse(*output.error)
+    if finished:
+        return Send([], end_of_sequence=True)
+    return None
+
+
+def _from_cache(
+    request: m.GetElements, cache: SlidingWindowCache[Raw | Encoded]
+) -> Send | Refuse | None:
+    """Cross-trainer cache: serves from the trainer's own position."""
+    if request.trainer_id is None:
+        text = f"task {request.task_id} reads through the cross-trainer cache: "
+        return Refuse("INVALID_ARGUMENT", text + "name a trainer_id")
+    items = cache.take(request.trainer_id, request.max_elements)
+    if items:
+        return Send(items, end_of_sequence=False)
+    if cache.finished_for(request.trainer_id) and cache.error is not None:
+        return Refuse(*cache.error)
+    return None
