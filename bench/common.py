@@ -166,7 +166,11 @@ def subprocess_env() -> dict[str, str]:
 @contextmanager
 def cluster(num_workers: int) -> Iterator[str]:
     """An in-process dispatcher with ``num_workers`` worker processes; its target."""
-    dispatcher = service.DispatchServer()
+    # W3 embeds its 64 MiB tensor in the pipeline (a shortcut for a transfer
+    # benchmark; real pipelines read files): over the default 64 MiB cap.
+    dispatcher = service.DispatchServer(
+        service.DispatcherConfig(max_pipeline_bytes=256 * 2**20)
+    )
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WORKER, dispatcher.target],
