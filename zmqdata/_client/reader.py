@@ -56,7 +56,13 @@ def plan_for(options: ReadOptions, counters: Counters) -> Plan:
 
 
 class Fetcher(PollLoop):
-    """The reader's thread: its sockets, feeding a ``ReadCore``."""
+    """The reader's thread: owns every socket of one read, feeding a ``ReadCore``.
+
+    One DEALER to the dispatcher and one per worker data endpoint, each with a
+    monitor (``Links``) that says whether it is connected. Socket events and
+    ticks become calls on the pure ``ReadCore`` (credit, retries, timeouts,
+    end of input); decoded batches go to the trainer through a queue.
+    """
 
     def __init__(
         self,

@@ -42,6 +42,14 @@ def _incarnation(work_dir: Path) -> str:
 
 
 class _DispatcherLoop(PollLoop):
+    """The dispatcher's one thread: its ROUTER socket around a pure ``DispatcherState``.
+
+    Each request is decoded (refused unread if it is over the size limit),
+    checked against its sender's CURVE role, handled by the state with the
+    current time, and answered; ``on_tick`` drives liveness and job GC. The
+    state never sees a socket, so it is tested with a fake clock.
+    """
+
     def __init__(self, config: DispatcherConfig) -> None:
         super().__init__("zmqdata-dispatcher")
         self.config = config
@@ -271,9 +279,6 @@ class DispatchServer:
     def join(self, timeout: float | None = None) -> None:
         """Blocks until ``stop()`` (or ``timeout``); raises if the server crashed."""
         self._loop.join(timeout)
-
-    def _num_workers(self) -> int:
-        return len(self._loop.state.records.workers)
 
     def __enter__(self) -> Self:
         return self

@@ -71,7 +71,12 @@ class Runners:
 
 
 class DataLoop(PollLoop):
-    """Owns the data sockets (primary endpoint + inproc for in-process readers)."""
+    """The worker's data thread: its ROUTER sockets (endpoint + inproc).
+
+    Answers ``GetElements`` at once from a task's buffer, or parks the request
+    (a long poll, a few per peer) until the producer wakes the loop; what to
+    send is decided by the pure ``serving.answer``.
+    """
 
     def __init__(
         self,

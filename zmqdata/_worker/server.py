@@ -41,6 +41,13 @@ WARN_EVERY_S = 30.0
 
 
 class _ControlLoop(PollLoop):
+    """The worker's link to the dispatcher: one DEALER, one thread.
+
+    Registers (again after the dispatcher forgets it), heartbeats with task
+    states and stats, starts the tasks the replies and ``ProcessTask`` pushes
+    name, and warns while the dispatcher cannot be reached, saying why.
+    """
+
     def __init__(
         self,
         config: WorkerConfig,
