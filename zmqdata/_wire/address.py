@@ -31,6 +31,12 @@ def parse_target(service: Any, *, what: str = "service address") -> str:
         raise ValueError(f"{what} {service!r}: more than one '://'")
     protocol, _, address = service.rpartition("://")
     protocol = protocol or "tcp"
+    _check_address(service, protocol, address, what)
+    return f"{protocol}://{address}"
+
+
+def _check_address(service: str, protocol: str, address: str, what: str) -> None:
+    """Raises ``ValueError`` naming ``service`` unless protocol and address fit."""
     if protocol not in PROTOCOLS:
         raise ValueError(
             f"{what} {service!r}: protocol {protocol!r} is not supported (use tcp or ipc)"
@@ -43,4 +49,3 @@ def parse_target(service: Any, *, what: str = "service address") -> str:
             raise ValueError(
                 f"{what} {service!r}: expected host:port with a port in 1-65535"
             )
-    return f"{protocol}://{address}"

@@ -408,14 +408,7 @@ def peek_request_id(data: bytes | memoryview) -> int:
 
 def decode(data: bytes | memoryview) -> Message:
     """Parses wire bytes; raises ``InvalidArgumentError`` for anything malformed."""
-    if len(data) > _MAX_MESSAGE_BYTES:
-        raise InvalidArgumentError(f"control message of {len(data)} bytes is too large")
-    try:
-        body = msgpack.unpackb(data, strict_map_key=True, **_limits(len(data)))
-    except Exception as error:
-        raise InvalidArgumentError(f"malformed control message: {error!r}") from None
-    if not isinstance(body, dict):
-        raise InvalidArgumentError("malformed control message: not a map")
+    body = _unpack(data)
     version = body.pop("v", None)
     if version != PROTOCOL_VERSION:
         raise FailedPreconditionError(
@@ -426,15 +419,34 @@ def decode(data: bytes | memoryview) -> Message:
     if cls is None:
         raise InvalidArgumentError("unknown control message type")
     for name, allowed in _SCHEMAS[cls]:
-        if name in body and (
-            not isinstance(body[name], allowed)
-            or (isinstance(body[name], bool) and bool not in allowed and int in allowed)
-        ):
-            raise InvalidArgumentError(
-                f"{cls.TYPE}.{name}: expected {' | '.join(t.__name__ for t in allowed)}, "
-                f"got {type(body[name]).__name__}"
-            )
+        if name in body:
+            _check_field(cls, name, body[name], allowed)
     try:
         return cls(**body)
     except TypeError as error:
         raise InvalidArgumentError(f"malformed {cls.TYPE}: {error}") from None
+
+
+def _unpack(data: bytes | memoryview) -> dict[Any, Any]:
+    """The msgpack map of a message, within the size and value limits."""
+    if len(data) > _MAX_MESSAGE_BYTES:
+        raise InvalidArgumentError(f"control message of {len(data)} bytes is too large")
+    try:
+        body = msgpack.unpackb(data, strict_map_key=True, **_limits(len(data)))
+    except Exception as error:
+        raise InvalidArgumentError(f"malformed control message: {error!r}") from None
+    if not isinstance(body, dict):
+        raise InvalidArgumentError("malformed control message: not a map")
+    return body
+
+
+def _check_field(
+    cls: type[Message], name: str, value: Any, allowed: tuple[type, ...]
+) -> None:
+    """Raises unless ``value`` has one of the ``allowed`` types (a bool is no int)."""
+    is_bool_for_int = isinstance(value, bool) and bool not in allowed and int in allowed
+    if not isinstance(value, allowed) or is_bool_for_int:
+        raise InvalidArgumentError(
+            f"{cls.TYPE}.{name}: expected {' | '.join(t.__name__ for t in allowed)}, "
+            f"got {type(value).__name__}"
+        )
