@@ -53,27 +53,38 @@ class _RepeatIterator(DatasetIterator):
         assert self._input is not None
         self._input.close()
         self._passes_done += 1
-        # An endless repeat of an empty input would spin forever: tf.data ends it,
-        # except over a shared split provider, where an empty pass only means that
-        # other workers got this repetition's splits, and over a named service
-        # job, where it means that other consumers drained that iteration.
-        provider = self._ctx.split_provider
-        source = self._ctx.split_source
-        split = provider is not None and any(
-            n is source for n in self._node.inputs[0].walk()
-        )
-        shared = (split and provider is not None and provider.shared) or any(
-            n.reads_named_job() for n in self._node.inputs[0].walk()
-        )
+        split = self._reads_split_source()
         endless_and_empty = self._count < 0 and self._produced_this_pass == 0
         self._produced_this_pass = 0
-        if (endless_and_empty and not shared) or self._passes_done == self._count:
+        if (
+            endless_and_empty and not self._may_be_empty_for_now(split)
+        ) or self._passes_done == self._count:
             self._input = None
             return
         if split:
             assert self._ctx.split_provider is not None
             self._ctx.split_provider.reset()
         self._input = make_iterator(self._node.inputs[0], self._ctx)
+
+    def _reads_split_source(self) -> bool:
+        """Whether this repeat's input reads the pass's split provider."""
+        source = self._ctx.split_source
+        return self._ctx.split_provider is not None and any(
+            n is source for n in self._node.inputs[0].walk()
+        )
+
+    def _may_be_empty_for_now(self, split: bool) -> bool:
+        """Whether an empty pass may be followed by full ones.
+
+        An endless repeat of an empty input would spin forever: tf.data ends
+        it, except over a shared split provider, where an empty pass only means
+        that other workers got this repetition's splits, and over a named
+        service job, where it means that other consumers drained that iteration.
+        """
+        provider = self._ctx.split_provider
+        if split and provider is not None and provider.shared:
+            return True
+        return any(n.reads_named_job() for n in self._node.inputs[0].walk())
 
     def get_state(self) -> dict[str, Any]:
         return {
