@@ -47,6 +47,21 @@ def static_shard(
     * HINT: every ``shard(SHARD_HINT, SHARD_HINT)`` becomes
       ``shard(num_workers, worker_index)``.
     """
+    _check_slot(processing_mode, num_workers, worker_index)
+    if processing_mode == HINT:
+        return root, IterContext(shard_hint=(num_workers, worker_index))
+    if processing_mode == DATA:
+        return _shard_data(root, num_workers, worker_index)
+    source = _list_files_source(root)
+    if processing_mode == FILE_OR_DATA and (
+        source is None or len(source.args["files"]) < num_workers
+    ):
+        return _shard_data(root, num_workers, worker_index)
+    return _shard_files(root, source, num_workers, worker_index)
+
+
+def _check_slot(processing_mode: int, num_workers: int, worker_index: int) -> None:
+    """Raises unless the policy is static and the index fits the worker count."""
     if processing_mode not in STATIC:
         raise InvalidArgumentError(
             f"processing mode {processing_mode} is not a static sharding policy"
@@ -61,15 +76,12 @@ def static_shard(
             "static sharding needs a worker index in [0, num_workers), got "
             f"worker_index={worker_index!r}, num_workers={num_workers!r}"
         )
-    if processing_mode == HINT:
-        return root, IterContext(shard_hint=(num_workers, worker_index))
-    if processing_mode == DATA:
-        return _shard_data(root, num_workers, worker_index)
-    source = _list_files_source(root)
-    if processing_mode == FILE_OR_DATA and (
-        source is None or len(source.args["files"]) < num_workers
-    ):
-        return _shard_data(root, num_workers, worker_index)
+
+
+def _shard_files(
+    root: Node, source: Node | None, num_workers: int, worker_index: int
+) -> tuple[Node, IterContext]:
+    """FILE: the ``list_files`` source reads every ``num_workers``-th file."""
     if source is None:
         raise InvalidArgumentError(
             "FILE sharding needs a list_files source read through single-input ops "
