@@ -28,6 +28,7 @@ from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import (
     FailedPreconditionError,
+    InvalidArgumentError,
     PermissionDeniedError,
     ZmqDataError,
 )
@@ -186,7 +187,7 @@ class _ControlLoop(PollLoop):
         for wire in tasks:
             try:
                 task = TaskDef.from_wire(wire)
-            except ZmqDataError as error:
+            except InvalidArgumentError as error:
                 logger.warning("bad task from the dispatcher: %s", error)
                 continue
             if self._runners.get(task.task_id) is not None:
