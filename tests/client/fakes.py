@@ -9,6 +9,7 @@ from zmqdata._client.credit import CreditPlan
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
+from zmqdata._wire.tasks import TaskInfo
 
 TIMEOUTS = Timeouts(heartbeat_s=1.0, dispatcher_timeout_s=10.0, worker_timeout_s=5.0)
 
@@ -75,7 +76,12 @@ def state(
     task_ids: list[int], finished: bool = False, **extra: Any
 ) -> m.IterationState:
     """The dispatcher's task list: task ``i`` served by ``tcp://w:i``."""
-    tasks = [{"task_id": i, "data_address": f"tcp://w:{i}"} for i in task_ids]
+    tasks = [
+        TaskInfo(
+            task_id=i, worker_id=i, worker_address=f"w:{i}", data_address=f"tcp://w:{i}"
+        ).to_wire()
+        for i in task_ids
+    ]
     return m.IterationState(
         client_id=7, iteration_id=1, tasks=tasks, finished=finished, **extra
     )

@@ -8,7 +8,11 @@ import pytest
 from tests.client.fakes import Reader, options, state
 from zmqdata._client import credit
 from zmqdata._client.core import END, Failure
-from zmqdata.errors import FailedPreconditionError, UnavailableError
+from zmqdata.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+)
 
 
 def test_credit_is_shared_over_the_tasks_and_freed_by_the_trainer() -> None:
@@ -172,6 +176,16 @@ def test_a_restarted_dispatcher_without_fault_tolerance_fails_the_read() -> None
     reader.core.apply_state(state([1], incarnation="b"))
     [failure] = reader.sent.trainer
     assert isinstance(failure.error, FailedPreconditionError)
+
+
+def test_a_malformed_task_info_fails_the_read() -> None:
+    reader = Reader(options(), [1])
+    bad = state([1])
+    bad.tasks[0]["data_address"] = None
+    reader.core.apply_state(bad)
+    [failure] = reader.sent.trainer
+    assert isinstance(failure.error, InvalidArgumentError)
+    assert "data_address" in str(failure.error)
 
 
 def test_an_unsendable_request_is_retried_later() -> None:

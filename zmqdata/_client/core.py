@@ -18,7 +18,13 @@ from typing import Any, Protocol
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._wire import messages as m
-from zmqdata.errors import FailedPreconditionError, UnavailableError, from_code
+from zmqdata._wire.tasks import TaskInfo
+from zmqdata.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+    from_code,
+)
 
 END = object()
 """Put on the trainer's queue when the read is over."""
@@ -257,14 +263,19 @@ class ReadCore:
                 )
             )
             return
+        try:
+            infos = [TaskInfo.from_wire(info) for info in state.tasks]
+        except InvalidArgumentError as error:
+            self.fail(error)
+            return
         listed = set()
-        for info in state.tasks:
+        for info in infos:
             if not self._wanted(info):
                 continue
-            listed.add(info["task_id"])
-            if info["task_id"] not in self.tasks:
-                self.tasks[info["task_id"]] = Task(
-                    info["task_id"], self._endpoint(info), info.get("ticket", b"")
+            listed.add(info.task_id)
+            if info.task_id not in self.tasks:
+                self.tasks[info.task_id] = Task(
+                    info.task_id, self._endpoint(info), info.ticket
                 )
         for task_id in list(self.tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
@@ -277,17 +288,15 @@ class ReadCore:
         """The worker endpoints some task is read from."""
         return {task.endpoint for task in self.tasks.values()}
 
-    def _wanted(self, info: dict[str, Any]) -> bool:
-        local = info.get("local_process") == PROCESS_TOKEN
+    def _wanted(self, info: TaskInfo) -> bool:
+        local = info.local_process == PROCESS_TOKEN
         return local or self.options.target_workers != "LOCAL"
 
-    def _endpoint(self, info: dict[str, Any]) -> str:
-        local = info.get("local_process") == PROCESS_TOKEN and info.get(
-            "inproc_address"
-        )
+    def _endpoint(self, info: TaskInfo) -> str:
+        local = info.local_process == PROCESS_TOKEN and info.inproc_address
         if local and self.options.data_transfer_protocol in (None, "inproc"):
-            return str(info["inproc_address"])
-        return str(info["data_address"])
+            return info.inproc_address
+        return info.data_address
 
     # ------------------------------------------------------------ liveness
 

@@ -21,6 +21,7 @@ from collections.abc import Container
 from zmqdata._dispatcher.state import Outgoing
 from zmqdata._runtime import auth
 from zmqdata._wire import messages as m
+from zmqdata._wire.tasks import TaskInfo
 from zmqdata.errors import PermissionDeniedError
 
 WORKER_REQUESTS = (m.RegisterWorker, m.WorkerHeartbeat, m.GetSplit)
@@ -95,8 +96,10 @@ class Access:
                 request_id=state.request_id, code=error.code, message=error.message
             )
         tasks = [
-            {**task, "ticket": auth.read_ticket(self._secret, task["task_id"], user)}
-            for task in state.tasks
+            dataclasses.replace(
+                info, ticket=auth.read_ticket(self._secret, info.task_id, user)
+            ).to_wire()
+            for info in map(TaskInfo.from_wire, state.tasks)
         ]
         return dataclasses.replace(state, tasks=tasks)
 

@@ -7,36 +7,35 @@ shard); consumers get task infos (where to read: the worker's endpoints) in an
 
 from __future__ import annotations
 
-from typing import Any
-
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC
+from zmqdata._wire.tasks import TaskDef, TaskInfo
 
 
 def task_def(
     records: ClusterRecords, config: DispatcherConfig, task: model.Task
-) -> dict[str, Any]:
+) -> TaskDef:
     """What a worker needs to run ``task`` (``ProcessTask`` and heartbeat replies)."""
     iteration = records.iterations[task.iteration_id]
     job = records.jobs[iteration.job_id]
     dataset = records.datasets[job.dataset_id]
     static = job.processing_mode in STATIC
     worker = records.workers.get(task.worker_id)
-    return {
-        "num_workers": len(config.worker_addresses or ()) if static else None,
-        "worker_index": worker.index if static and worker else None,
-        "task_id": task.task_id,
-        "iteration_id": iteration.iteration_id,
-        "dataset_id": dataset.dataset_id,
-        "pipeline": dataset.pipeline,
-        "processing_mode": job.processing_mode,
-        "compression": dataset.compression,
-        "num_consumers": job.num_consumers,
-        "cross_trainer_cache": job.cross_trainer_cache,
-    }
+    return TaskDef(
+        num_workers=len(config.worker_addresses or ()) if static else None,
+        worker_index=worker.index if static and worker else None,
+        task_id=task.task_id,
+        iteration_id=iteration.iteration_id,
+        dataset_id=dataset.dataset_id,
+        pipeline=dataset.pipeline,
+        processing_mode=job.processing_mode,
+        compression=dataset.compression,
+        num_consumers=job.num_consumers,
+        cross_trainer_cache=job.cross_trainer_cache,
+    )
 
 
 def registered(
@@ -55,7 +54,7 @@ def registered(
         request_id=request_id,
         worker_id=worker.worker_id,
         worker_index=worker.index,
-        tasks=[task_def(records, config, t) for t in tasks],
+        tasks=[task_def(records, config, t).to_wire() for t in tasks],
     )
 
 
@@ -75,7 +74,7 @@ def task_changes(
     return m.WorkerHeartbeatReply(
         request_id=heartbeat.request_id,
         new_tasks=[
-            task_def(records, config, task)
+            task_def(records, config, task).to_wire()
             for task_id, task in assigned.items()
             if task_id not in reported and not task.finished
         ],
@@ -83,17 +82,17 @@ def task_changes(
     )
 
 
-def task_info(records: ClusterRecords, task: model.Task) -> dict[str, Any]:
+def task_info(records: ClusterRecords, task: model.Task) -> TaskInfo:
     """Where a consumer reads ``task``."""
     worker = records.workers[task.worker_id]
-    return {
-        "task_id": task.task_id,
-        "worker_id": worker.worker_id,
-        "worker_address": worker.worker_address,
-        "data_address": worker.data_address,
-        "local_process": worker.local_process,
-        "inproc_address": worker.inproc_address,
-    }
+    return TaskInfo(
+        task_id=task.task_id,
+        worker_id=worker.worker_id,
+        worker_address=worker.worker_address,
+        data_address=worker.data_address,
+        local_process=worker.local_process,
+        inproc_address=worker.inproc_address,
+    )
 
 
 def iteration_state(
@@ -105,7 +104,7 @@ def iteration_state(
         request_id=request_id,
         client_id=client.client_id,
         iteration_id=iteration.iteration_id,
-        tasks=[task_info(records, task) for task in iteration.tasks.values()],
+        tasks=[task_info(records, task).to_wire() for task in iteration.tasks.values()],
         finished=iteration.finished,
         rounds=[[start, list(task_ids)] for start, task_ids in iteration.schedule],
         horizon=iteration.horizon,

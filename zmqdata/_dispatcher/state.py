@@ -548,7 +548,7 @@ class DispatcherState:
         return placement.serves(self.records.jobs[iteration.job_id], worker)
 
     def _task_def(self, task: model.Task) -> dict[str, Any]:
-        return replies.task_def(self.records, self.config, task)
+        return replies.task_def(self.records, self.config, task).to_wire()
 
     def _registered(self, request_id: int, worker: model.Worker) -> m.Message:
         return replies.registered(self.records, self.config, request_id, worker)

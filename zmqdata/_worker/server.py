@@ -23,10 +23,12 @@ from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
+from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import (
     FailedPreconditionError,
+    InvalidArgumentError,
     PermissionDeniedError,
     ZmqDataError,
 )
@@ -189,13 +191,16 @@ class _ControlLoop(PollLoop):
         )
 
     def _start_tasks(self, tasks: list[dict[str, Any]]) -> None:
-        for task in tasks:
-            if self._runners.get(task["task_id"]) is not None:
+        for wire in tasks:
+            try:
+                task = TaskDef.from_wire(wire)
+            except InvalidArgumentError as error:
+                logger.warning("bad task from the dispatcher: %s", error)
+                continue
+            if self._runners.get(task.task_id) is not None:
                 continue
             over_tcp = self._data.endpoint.startswith("tcp://")
-            level = (
-                ZSTD_LEVEL if task.get("compression") == "AUTO" and over_tcp else None
-            )
+            level = ZSTD_LEVEL if task.compression == "AUTO" and over_tcp else None
             runner = TaskRunner(
                 task,
                 self.config.dispatcher_address,

@@ -34,7 +34,10 @@ FILE, DATA, FILE_OR_DATA, HINT = (
 
 
 def static_shard(
-    root: Node, processing_mode: int, num_workers: int, worker_index: int
+    root: Node,
+    processing_mode: int,
+    num_workers: int | None,
+    worker_index: int | None,
 ) -> tuple[Node, IterContext]:
     """The pipeline worker ``worker_index`` of ``num_workers`` runs, and its context.
 
@@ -46,6 +49,9 @@ def static_shard(
       at least ``num_workers`` files, DATA otherwise.
     * HINT: every ``shard(SHARD_HINT, SHARD_HINT)`` becomes
       ``shard(num_workers, worker_index)``.
+
+    A ``worker_index`` outside ``[0, num_workers)``, or None (a worker missing
+    from the dispatcher's ``worker_addresses``), is an error.
     """
     _check_slot(processing_mode, num_workers, worker_index)
     if processing_mode == HINT:

@@ -25,6 +25,7 @@ from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
@@ -135,7 +136,7 @@ class TaskRunner:
 
     def __init__(
         self,
-        task: dict[str, Any],
+        task: TaskDef,
         dispatcher: str,
         compression_level: int | None,
         dispatcher_timeout_s: float,
@@ -143,10 +144,10 @@ class TaskRunner:
         cache_bytes: int = 0,
         keys: auth.ClientKeys | None = None,
     ) -> None:
-        self.task_id: int = task["task_id"]
+        self.task_id = task.task_id
         self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES)
         self.cache: SlidingWindowCache[Raw | Encoded] | None = (
-            SlidingWindowCache(cache_bytes) if task.get("cross_trainer_cache") else None
+            SlidingWindowCache(cache_bytes) if task.cross_trainer_cache else None
         )
         self.stats = ServeStats()
         """What the data loop served of this task (written on the data loop only)."""
@@ -176,8 +177,7 @@ class TaskRunner:
     @property
     def num_consumers(self) -> int | None:
         """Coordinated reads: how many consumers share each round (else None)."""
-        value = self._task.get("num_consumers")
-        return value if isinstance(value, int) else None
+        return self._task.num_consumers
 
     @property
     def drained(self) -> bool:
@@ -212,12 +212,13 @@ class TaskRunner:
         provider: RemoteSplitProvider | None = None
         error: tuple[str, str] | None = None
         try:
-            root = graph.deserialize(self._task["pipeline"])
+            task = self._task
+            root = graph.deserialize(task.pipeline)
             ctx = IterContext()
-            if self._task["processing_mode"] == ShardingPolicy.DYNAMIC:
+            if task.processing_mode == ShardingPolicy.DYNAMIC:
                 provider = RemoteSplitProvider(
                     self._dispatcher,
-                    self._task["iteration_id"],
+                    task.iteration_id,
                     self.task_id,
                     self._stop,
                     self._timeout_s,
@@ -226,12 +227,9 @@ class TaskRunner:
                 ctx = IterContext(
                     split_source=find_split_source(root), split_provider=provider
                 )
-            elif self._task["processing_mode"] in STATIC:
+            elif task.processing_mode in STATIC:
                 root, ctx = sharding.static_shard(
-                    root,
-                    self._task["processing_mode"],
-                    self._task.get("num_workers", -1),
-                    self._task.get("worker_index", -1),
+                    root, task.processing_mode, task.num_workers, task.worker_index
                 )
             iterator = make_iterator(root, ctx)
             try:

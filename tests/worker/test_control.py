@@ -1,0 +1,26 @@
+"""The worker's control loop: what it does with the dispatcher's messages."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from zmqdata._config import WorkerConfig
+from zmqdata._wire import messages as m
+from zmqdata._worker.server import WorkerServer
+
+
+def test_a_malformed_task_is_logged_and_not_started(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="zmqdata")
+    config = WorkerConfig(dispatcher_address="tcp://127.0.0.1:1")
+    server = WorkerServer(config, start=False)
+    try:
+        server._control._on_message(m.ProcessTask(tasks=[{"task_id": "1"}]))
+        assert server._num_tasks() == 0
+    finally:
+        server.stop()
+    [line] = [record.getMessage() for record in caplog.records]
+    assert "bad task from the dispatcher: task definition task_id" in line
