@@ -53,7 +53,7 @@ def static_shard(
     A ``worker_index`` outside ``[0, num_workers)``, or None (a worker missing
     from the dispatcher's ``worker_addresses``), is an error.
     """
-    _check_slot(processing_mode, num_workers, worker_index)
+    num_workers, worker_index = _check_slot(processing_mode, num_workers, worker_index)
     if processing_mode == HINT:
         return root, IterContext(shard_hint=(num_workers, worker_index))
     if processing_mode == DATA:
@@ -66,8 +66,10 @@ def static_shard(
     return _shard_files(root, source, num_workers, worker_index)
 
 
-def _check_slot(processing_mode: int, num_workers: int, worker_index: int) -> None:
-    """Raises unless the policy is static and the index fits the worker count."""
+def _check_slot(
+    processing_mode: int, num_workers: int | None, worker_index: int | None
+) -> tuple[int, int]:
+    """``(num_workers, worker_index)`` if the policy is static and they fit, else raises."""
     if processing_mode not in STATIC:
         raise InvalidArgumentError(
             f"processing mode {processing_mode} is not a static sharding policy"
@@ -82,6 +84,7 @@ def _check_slot(processing_mode: int, num_workers: int, worker_index: int) -> No
             "static sharding needs a worker index in [0, num_workers), got "
             f"worker_index={worker_index!r}, num_workers={num_workers!r}"
         )
+    return num_workers, worker_index
 
 
 def _shard_files(
