@@ -202,6 +202,7 @@ def test_servers_restart_on_the_same_ports():
 
 
 def test_stop_during_a_read_ends_every_thread(cluster):
+    before = zmqdata_threads()
     c = cluster(num_workers=2)
     ds = zd.Dataset.range(100_000).apply(
         service.distribute("distributed_epoch", c.target, max_outstanding_requests=2)
@@ -209,7 +210,7 @@ def test_stop_during_a_read_ends_every_thread(cluster):
     with iter(ds) as it:
         next(it)
         c.stop()
-    # The autouse check then proves every zmqdata-* thread of this test is gone.
+    poll_for(lambda: zmqdata_threads() <= before)  # the autouse check, too
 
 
 def test_stop_before_start_and_start_after_stop():
@@ -218,8 +219,10 @@ def test_stop_before_start_and_start_after_stop():
     fresh = service.DispatchServer(start=False)
     fresh.start()
     fresh.start()  # no-op
+    assert service.get_status(fresh.target)["workers"] == []
     worker = service.WorkerServer(service.WorkerConfig(fresh.target), start=False)
     worker.stop()
+    assert service.get_status(fresh.target)["workers"] == []  # never registered
     fresh.stop()
 
 
