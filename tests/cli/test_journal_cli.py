@@ -31,6 +31,8 @@ def test_a_daemon_whose_loop_dies_exits_with_an_error():
 
     def build() -> service.DispatchServer:
         server = service.DispatchServer()
+        # Fault injection: no public way makes the loop's tick raise, so this
+        # test swaps the tick method (one attribute store) of the running loop.
         state = server._loop.state
 
         def broken_tick(now: float) -> list[object]:

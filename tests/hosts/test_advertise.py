@@ -6,7 +6,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import ints
-from tests.service.cluster import free_port
+from tests.service.cluster import free_port, port_of
 from zmqdata import errors, service
 from zmqdata._runtime import hostaddr
 
@@ -27,8 +27,8 @@ def test_a_worker_bound_to_every_interface_advertises_its_route_to_the_dispatche
     cluster, host
 ):
     c = cluster(0)
-    port = free_port()
-    worker = c.add_worker(host=host, port=port)  # waits until listed by address
+    worker = c.add_worker(host=host, port=0)  # waits until listed by address
+    port = port_of(worker.address)
     assert worker.address == f"tcp://127.0.0.1:{port}"  # dispatcher on 127.0.0.1
     assert listed(c) == [(f"127.0.0.1:{port}", f"tcp://127.0.0.1:{port}")]
     assert sorted(read_over_tcp(c.target)) == list(range(100))
@@ -36,7 +36,7 @@ def test_a_worker_bound_to_every_interface_advertises_its_route_to_the_dispatche
 
 def test_consumers_dial_the_given_worker_address(cluster):
     c = cluster(0)
-    port = free_port()
+    port = free_port()  # the advertised address names it before the worker binds
     worker = c.add_worker(port=port, worker_address=f"localhost:{port}")
     assert worker.address == f"tcp://localhost:{port}"
     assert listed(c) == [(f"localhost:{port}", f"tcp://localhost:{port}")]

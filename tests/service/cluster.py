@@ -13,11 +13,21 @@ STOP_DEADLINE_S = 15.0
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Only for a port needed before its server exists (an address nothing
+    listens on, a static worker list, a process restarted on its port):
+    otherwise bind port 0 and read the bound port (``port_of``).
+    """
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_of(address: str) -> int:
+    """The port of ``tcp://host:port`` or ``host:port``: what port 0 bound."""
+    return int(address.rsplit(":", 1)[1])
 
 
 class Cluster:

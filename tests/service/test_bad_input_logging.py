@@ -7,11 +7,18 @@ import logging
 import zmq
 
 from tests.helpers import poll_for
+from tests.service.test_metrics import scrape
 from zmqdata import service
 
 
 def test_a_flood_of_garbage_logs_one_line_and_serving_goes_on(cluster, caplog):
-    c = cluster(num_workers=1)
+    c = cluster(num_workers=1, dispatcher_options={"metrics_port": 0})
+    address = c.dispatcher.metrics_address
+    assert address is not None
+
+    def errors_total() -> float:
+        return scrape(address)["zmqdata_dispatcher_errors_total"]
+
     caplog.set_level(logging.WARNING, logger="zmqdata")
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -19,7 +26,7 @@ def test_a_flood_of_garbage_logs_one_line_and_serving_goes_on(cluster, caplog):
         sock.connect(c.target)
         for _ in range(200):
             sock.send(b"\xc1 not msgpack")
-        poll_for(lambda: c.dispatcher._loop.state.errors_total >= 200)
+        poll_for(lambda: errors_total() >= 200)
     finally:
         sock.close(linger=0)
     lines = [r for r in caplog.records if "bad request" in r.getMessage()]

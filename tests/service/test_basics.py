@@ -225,6 +225,29 @@ def test_get_status_counts_running_tasks(cluster):
         assert job["finished"] is False
 
 
+def test_get_status_counts_the_records_of_each_table(cluster):
+    """``records``: table sizes, what leak checks compare; ``index``: static only."""
+    c = cluster(num_workers=1)
+    ds = zd.Dataset.range(10_000).apply(service.distribute("parallel_epochs", c.target))
+    with iter(ds) as it:
+        next(it)
+        status = c.status()
+        assert status["records"] == {
+            "workers": 1,
+            "datasets": 1,
+            "jobs": 1,
+            "iterations": 1,
+            "tasks": 1,
+            "clients": 1,
+        }
+        assert [w["index"] for w in status["workers"]] == [None]
+    # The unnamed job goes with its only consumer; the dataset and worker stay.
+    poll_for(lambda: c.status()["records"]["jobs"] == 0)
+    records = c.status()["records"]
+    assert (records["iterations"], records["clients"]) == (0, 0)
+    assert (records["workers"], records["datasets"]) == (1, 1)
+
+
 def test_with_default_settings_a_read_outlives_client_timeout(cluster, monkeypatch):
     """The default client heartbeat (100 ms) keeps a long read registered."""
     monkeypatch.delenv("ZMQDATA_CLIENT_HEARTBEAT_MS")  # set short by conftest

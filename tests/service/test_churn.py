@@ -219,11 +219,14 @@ def test_soak_consumers_come_and_go_state_stays_bounded(cluster):
             "gc_dynamic_sharding_jobs": True,
         },
     )
-    state = c.dispatcher._loop.state
+
+    def records() -> dict[str, int]:
+        return c.status()["records"]
+
     warm: list[BaseException] = []
     consumer_loop(c.target, threading.Event(), 0, warm, rounds=3)()
     assert not warm, warm
-    poll_for(lambda: len(state.clients) == 0)
+    poll_for(lambda: records()["clients"] == 0)
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
@@ -254,8 +257,8 @@ def test_soak_consumers_come_and_go_state_stays_bounded(cluster):
             thread.join(30)
         assert not errors, errors
         assert done[0] >= 20, done  # it really churned
-        poll_for(lambda: len(state.clients) == 0)
-        poll_for(lambda: not state.jobs and not state.iterations, timeout=10)
+        poll_for(lambda: records()["clients"] == 0)
+        poll_for(lambda: records()["jobs"] == records()["iterations"] == 0, timeout=10)
         poll_for(lambda: all(w._num_tasks() == 0 for w in c.workers), timeout=10)
         after = tracemalloc.take_snapshot()
     finally:

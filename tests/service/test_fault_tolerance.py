@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
 
 import zmqdata as zd
-from tests.service.cluster import free_port
+from tests.service.cluster import port_of
 from zmqdata import errors, service
 from zmqdata._dispatcher import journal
 
 
 def restart_dispatcher(c) -> None:
-    """Stops the cluster's dispatcher and starts a new one with the same config."""
-    config = c.dispatcher.config
+    """Stops the cluster's dispatcher; starts a new one on its port, same config."""
+    config = dataclasses.replace(c.dispatcher.config, port=port_of(c.target))
     c.dispatcher.stop()
     c.dispatcher = service.DispatchServer(config)
 
@@ -22,7 +23,6 @@ def restart_dispatcher(c) -> None:
 def ft_cluster(cluster, tmp_path, num_workers: int = 1):
     return cluster(
         num_workers=num_workers,
-        port=free_port(),
         dispatcher_options={"work_dir": str(tmp_path), "fault_tolerant_mode": True},
     )
 
@@ -96,7 +96,7 @@ def drain_into(got: list[int], iterator) -> None:
 
 
 def test_a_restart_without_fault_tolerance_is_a_clear_error(cluster):
-    c = cluster(num_workers=1, port=free_port())
+    c = cluster(num_workers=1)
     ds = zd.Dataset.range(1_000).apply(
         service.distribute("parallel_epochs", c.target, max_outstanding_requests=1)
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
@@ -35,17 +37,25 @@ def test_an_abandoned_job_is_collected_and_starts_afresh(cluster):
 def test_a_dynamic_job_is_not_collected(cluster):
     c = cluster(1, client_timeout_ms=200, dispatcher_options=GC)
     [worker] = c.workers
-    with iter(named(c.target, "distributed_epoch")) as it:
-        first = int(next(it))
-    state = c.dispatcher._loop.state
-    [iteration] = state.iterations.values()
-    # Wait until a GC check past the timeout has completed (the one after it is
-    # scheduled): the dispatcher's clock, not ours.
-    poll_for(lambda: state.iterations[iteration.iteration_id].last_client_released)
-    released = state.iterations[iteration.iteration_id].last_client_released
-    poll_for(lambda: (state._gc_due or 0) > released + 0.2 + 2 * 0.05)
-    assert not state.iterations[iteration.iteration_id].collected
-    assert worker._num_tasks() == 1
+
+    def job(name: str) -> dict[str, Any]:
+        [shown] = [j for j in c.status()["jobs"] if j["job_name"] == name]
+        return shown
+
+    canary = zd.Dataset.range(N).apply(
+        service.distribute("parallel_epochs", c.target, job_name="canary")
+    )
+    with iter(canary) as reading:
+        next(reading)
+        with iter(named(c.target, "distributed_epoch")) as it:
+            first = int(next(it))
+        poll_for(lambda: job("gc")["num_clients"] == 0)
+    # The canary's consumer left after the dynamic one's: the GC check that
+    # collects the canary also looked at the dynamic iteration, past its timeout.
+    poll_for(lambda: job("canary")["num_iterations"] == 0)
+    assert job("gc")["num_iterations"] == 1
+    assert not job("gc")["finished"]
+    poll_for(lambda: worker._num_tasks() == 1)  # the canary's task goes
     # A later consumer continues the same iteration: no split is handed out twice.
     rest = ints(named(c.target, "distributed_epoch"))
     assert first not in rest

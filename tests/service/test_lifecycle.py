@@ -15,7 +15,7 @@ import zmq
 import zmqdata as zd
 from tests.dataset.checks import ints
 from tests.helpers import poll_for
-from tests.service.cluster import free_port
+from tests.service.cluster import port_of
 from zmqdata import errors, service
 from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages as m
@@ -146,13 +146,11 @@ def test_stop_releases_ports_and_threads_at_once():
     # first socket, once per process: make sure that happened before counting.
     zmq.Context.instance().socket(zmq.PAIR).close(linger=0)
     fds = open_fds() if os.path.isdir("/proc/self/fd") else None
-    dispatcher_port, worker_port = free_port(), free_port()
-    dispatcher = service.DispatchServer(service.DispatcherConfig(port=dispatcher_port))
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
     worker = service.WorkerServer(
-        service.WorkerConfig(
-            dispatcher.target, port=worker_port, heartbeat_interval_ms=50
-        )
+        service.WorkerConfig(dispatcher.target, port=0, heartbeat_interval_ms=50)
     )
+    dispatcher_port, worker_port = port_of(dispatcher.target), port_of(worker.address)
     assert dispatcher.target == f"tcp://127.0.0.1:{dispatcher_port}"
     assert worker.address == f"tcp://127.0.0.1:{worker_port}"
     for protocol in (None, "tcp"):
@@ -182,7 +180,7 @@ def test_stop_releases_ports_and_threads_at_once():
 
 
 def test_servers_restart_on_the_same_ports():
-    dispatcher_port, worker_port = free_port(), free_port()
+    dispatcher_port, worker_port = 0, 0  # the first round binds any free ports
     for _ in range(2):
         with (
             service.DispatchServer(
@@ -190,15 +188,21 @@ def test_servers_restart_on_the_same_ports():
             ) as dispatcher,
             service.WorkerServer(
                 service.WorkerConfig(dispatcher.target, port=worker_port)
-            ),
+            ) as worker,
         ):
             ds = zd.Dataset.range(10).apply(
                 service.distribute("parallel_epochs", dispatcher.target)
             )
             assert ints(ds) == list(range(10))
+            if dispatcher_port:  # the second round: the first round's ports
+                assert port_of(dispatcher.target) == dispatcher_port
+                assert port_of(worker.address) == worker_port
+            dispatcher_port = port_of(dispatcher.target)
+            worker_port = port_of(worker.address)
 
 
 def test_stop_during_a_read_ends_every_thread(cluster):
+    before = zmqdata_threads()
     c = cluster(num_workers=2)
     ds = zd.Dataset.range(100_000).apply(
         service.distribute("distributed_epoch", c.target, max_outstanding_requests=2)
@@ -206,7 +210,7 @@ def test_stop_during_a_read_ends_every_thread(cluster):
     with iter(ds) as it:
         next(it)
         c.stop()
-    # The autouse check then proves every zmqdata-* thread of this test is gone.
+    poll_for(lambda: zmqdata_threads() <= before)  # the autouse check, too
 
 
 def test_stop_before_start_and_start_after_stop():
@@ -215,8 +219,10 @@ def test_stop_before_start_and_start_after_stop():
     fresh = service.DispatchServer(start=False)
     fresh.start()
     fresh.start()  # no-op
+    assert service.get_status(fresh.target)["workers"] == []
     worker = service.WorkerServer(service.WorkerConfig(fresh.target), start=False)
     worker.stop()
+    assert service.get_status(fresh.target)["workers"] == []  # never registered
     fresh.stop()
 
 
@@ -248,8 +254,8 @@ def test_ipc_servers_serve_and_restart_on_the_same_paths(tmp_path):
 
 
 def test_workers_register_again_with_a_restarted_dispatcher(cluster):
-    port = free_port()
-    c = cluster(num_workers=2, port=port)
+    c = cluster(num_workers=2)
+    port = port_of(c.target)
     c.dispatcher.stop()
     # A dispatcher without fault tolerance forgets everything; workers notice at
     # their next heartbeat (NOT_FOUND) and register again, keeping their ports.

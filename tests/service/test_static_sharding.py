@@ -92,11 +92,7 @@ def test_file_or_data_shards_files_or_elements(cluster, files):
 
 def test_port_placeholders_and_auto_target_workers(cluster):
     c = static_cluster(cluster, addresses=["127.0.0.1:%port%"] * WORKERS)
-    indices = sorted(
-        w.index
-        for w in c.dispatcher._loop.state.workers.values()
-        if w.index is not None
-    )
+    indices = sorted(w["index"] for w in c.status()["workers"])
     assert indices == [0, 1, 2]
     # target_workers="AUTO" means LOCAL under static sharding, as in tf.data.
     got = read(zd.Dataset.range(30), c, P.DATA, target_workers="AUTO")

@@ -6,7 +6,9 @@ source whose splits cannot be counted) leaves a field out rather than fail.
 >>> from zmqdata._dispatcher.records import ClusterRecords
 >>> shown = render(ClusterRecords(), {})
 >>> sorted(shown), shown["workers"]
-(['datasets', 'jobs', 'version', 'workers'], [])
+(['datasets', 'jobs', 'records', 'version', 'workers'], [])
+>>> shown["records"]["clients"]
+0
 """
 
 from __future__ import annotations
@@ -47,6 +49,19 @@ def render(
             for d in records.datasets.values()
         ],
         "jobs": [_job(records, job) for job in records.jobs.values()],
+        "records": _table_sizes(records),
+    }
+
+
+def _table_sizes(records: ClusterRecords) -> dict[str, int]:
+    """How many records each table holds: what a leak check compares."""
+    return {
+        "workers": len(records.workers),
+        "datasets": len(records.datasets),
+        "jobs": len(records.jobs),
+        "iterations": len(records.iterations),
+        "tasks": len(records.tasks),
+        "clients": len(records.clients),
     }
 
 
@@ -57,6 +72,7 @@ def _worker(
         "worker_id": worker.worker_id,
         "address": worker.worker_address,
         "data_address": worker.data_address,
+        "index": worker.index,
         "tags": list(worker.tags),
         "num_tasks": num_tasks,
         "stats": {} if sample is None else sample.stats,
