@@ -259,7 +259,9 @@ def test_soak_consumers_come_and_go_state_stays_bounded(cluster):
         assert done[0] >= 20, done  # it really churned
         poll_for(lambda: records()["clients"] == 0)
         poll_for(lambda: records()["jobs"] == records()["iterations"] == 0, timeout=10)
-        poll_for(lambda: all(w._num_tasks() == 0 for w in c.workers), timeout=10)
+        poll_for(
+            lambda: all(len(w.stats()["tasks"]) == 0 for w in c.workers), timeout=10
+        )
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()

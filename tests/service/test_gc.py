@@ -24,9 +24,9 @@ def test_an_abandoned_job_is_collected_and_starts_afresh(cluster):
     with iter(named(c.target)) as it:
         head = [int(next(it)) for _ in range(10)]
         assert head == list(range(10))
-        assert worker._num_tasks() == 1
+        assert len(worker.stats()["tasks"]) == 1
     # The consumer went away mid-iteration: after the GC timeout its task goes.
-    poll_for(lambda: worker._num_tasks() == 0)
+    poll_for(lambda: len(worker.stats()["tasks"]) == 0)
     [job] = c.status()["jobs"]
     assert job["num_iterations"] == 0
     assert not job["finished"]
@@ -55,7 +55,7 @@ def test_a_dynamic_job_is_not_collected(cluster):
     poll_for(lambda: job("canary")["num_iterations"] == 0)
     assert job("gc")["num_iterations"] == 1
     assert not job("gc")["finished"]
-    poll_for(lambda: worker._num_tasks() == 1)  # the canary's task goes
+    poll_for(lambda: len(worker.stats()["tasks"]) == 1)  # the canary's task goes
     # A later consumer continues the same iteration: no split is handed out twice.
     rest = ints(named(c.target, "distributed_epoch"))
     assert first not in rest
@@ -71,5 +71,5 @@ def test_an_abandoned_unnamed_iterator_frees_its_job_and_buffers_at_once(cluster
             assert int(element) >= 0
             break
         poll_for(lambda: c.status()["jobs"] == [])
-        poll_for(lambda: all(w._num_tasks() == 0 for w in c.workers))
+        poll_for(lambda: all(len(w.stats()["tasks"]) == 0 for w in c.workers))
         assert all(w.stats()["buffered_elements"] == 0 for w in c.workers)

@@ -19,7 +19,7 @@ def test_a_malformed_task_is_logged_and_not_started(
     server = WorkerServer(config, start=False)
     try:
         server._control._on_message(m.ProcessTask(tasks=[{"task_id": "1"}]))
-        assert server._num_tasks() == 0
+        assert len(server.stats()["tasks"]) == 0
     finally:
         server.stop()
     [line] = [record.getMessage() for record in caplog.records]

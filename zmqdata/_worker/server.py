@@ -414,9 +414,6 @@ class WorkerServer:
         self._control.join(timeout)
         self._data.join(0)
 
-    def _num_tasks(self) -> int:
-        return len(self._runners.snapshot())
-
     def __enter__(self) -> Self:
         return self
 
