@@ -128,7 +128,7 @@ def test_a_client_without_an_authorized_key_is_denied_quickly(
         service.get_status(secured.target)
     with pytest.raises(errors.PermissionDeniedError):
         _read_five(secured.target)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 10.0  # far inside the 30 s retry budget
 
 
 def test_a_client_with_the_wrong_server_key_is_denied(
