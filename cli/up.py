@@ -201,7 +201,7 @@ def _registered_pids(dispatcher: service.DispatchServer) -> set[int]:
     A worker registers with its process token, ``<pid>-<uuid>``. ``list()``
     copies the table in one step under the GIL, safe from the dispatcher thread.
     """
-    workers = list(dispatcher._loop.state.workers.values())
+    workers = list(dispatcher._loop.state.records.workers.values())
     tokens = [worker.local_process.split("-", 1)[0] for worker in workers]
     return {int(token) for token in tokens if token.isdigit()}
 

@@ -8,7 +8,7 @@ job, whether the worker gets a task.
 from __future__ import annotations
 
 from zmqdata._dispatcher import model
-from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata._wire.modes import STATIC
 
 PORT_PLACEHOLDER = "%port%"
 
@@ -59,10 +59,7 @@ def reads_local_processes(job: model.Job) -> bool:
     That is an OFF or DYNAMIC job read with ``target_workers="LOCAL"``;
     static sharding reads local workers too, but shards over the fixed list.
     """
-    return job.target_workers == "LOCAL" and job.processing_mode in (
-        ShardingPolicy.OFF,
-        ShardingPolicy.DYNAMIC,
-    )
+    return job.target_workers == "LOCAL" and job.processing_mode not in STATIC
 
 
 def serves(job: model.Job, worker: model.Worker) -> bool:

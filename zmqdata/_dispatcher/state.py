@@ -97,28 +97,6 @@ class DispatcherState:
             m.GetStatus: self._get_status,
         }
 
-    # Shortcuts to ``records`` tables that the CLI and service tests read.
-
-    @property
-    def workers(self) -> dict[int, model.Worker]:
-        """``records.workers``."""
-        return self.records.workers
-
-    @property
-    def jobs(self) -> dict[int, model.Job]:
-        """``records.jobs``."""
-        return self.records.jobs
-
-    @property
-    def iterations(self) -> dict[int, model.Iteration]:
-        """``records.iterations``."""
-        return self.records.iterations
-
-    @property
-    def clients(self) -> dict[int, model.Client]:
-        """``records.clients``."""
-        return self.records.clients
-
     def apply(self, event: ev.Event) -> None:
         """Hands the event to the sink (the journal: fsync'ed), then applies it."""
         self._sink.append(event)  # raises UnavailableError if it cannot
@@ -416,16 +394,13 @@ class DispatcherState:
         ):
             return []
         self.apply(ev.ConsumerProcessJoined(job.job_id, local_process))
-        pushes: list[Outgoing] = []
-        for iteration_id in job.iterations.values():
-            if not self._running(self.records.iterations[iteration_id]):
-                continue
-            for worker in list(self.records.workers.values()):
-                if worker.local_process == local_process:
-                    task = self._create_task(iteration_id, worker.worker_id)
-                    message = m.ProcessTask(tasks=[self._task_def(task)])
-                    pushes.append((worker.peer, message))
-        return pushes
+        return [
+            self._push(self._create_task(iteration_id, worker.worker_id))
+            for iteration_id in job.iterations.values()
+            if self._running(self.records.iterations[iteration_id])
+            for worker in list(self.records.workers.values())
+            if worker.local_process == local_process
+        ]
 
     # ------------------------------------------------------------ iterations and clients
 
@@ -462,13 +437,7 @@ class DispatcherState:
             task_ids = tuple(t.task_id for t in tasks)
             self.apply(ev.ScheduleChanged(iteration.iteration_id, 0, task_ids))
             self.apply(ev.HorizonExtended(iteration.iteration_id, ROUND_MARGIN))
-        return [
-            (
-                self.records.workers[task.worker_id].peer,
-                m.ProcessTask(tasks=[self._task_def(task)]),
-            )
-            for task in tasks
-        ]
+        return [self._push(task) for task in tasks]
 
     def _client(self, client_id: int) -> model.Client:
         client = self.records.clients.get(client_id)
@@ -549,6 +518,11 @@ class DispatcherState:
 
     def _task_def(self, task: model.Task) -> dict[str, Any]:
         return replies.task_def(self.records, self.config, task).to_wire()
+
+    def _push(self, task: model.Task) -> Outgoing:
+        """Tells ``task``'s worker to start it now (heartbeats are the fallback)."""
+        worker = self.records.workers[task.worker_id]
+        return worker.peer, m.ProcessTask(tasks=[self._task_def(task)])
 
     def _registered(self, request_id: int, worker: model.Worker) -> m.Message:
         return replies.registered(self.records, self.config, request_id, worker)
