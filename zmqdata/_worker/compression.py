@@ -103,6 +103,7 @@ class CompressionPolicy:
         self._ratio: float | None = None
         self._links: dict[Hashable, tuple[float, float]] = {}
         self._next_probe = float("-inf")
+        self.compressed_elements = 0
 
     def disable(self) -> None:
         """Never compress again (e.g. readers on shared memory, no link to save)."""
@@ -119,6 +120,7 @@ class CompressionPolicy:
         if raw <= 0:
             return
         with self._lock:
+            self.compressed_elements += 1
             self._zstd.add(raw, seconds)
             if self._zstd.value is None:  # a first, short sample beats none
                 self._zstd.value = raw / max(seconds, 1e-9)
@@ -176,6 +178,7 @@ class CompressionPolicy:
         with self._lock:
             return {
                 "compressing": self.compressing,
+                "compressed_elements": self.compressed_elements,
                 "link_bytes_per_s": self._link(now),
                 "produce_bytes_per_s": self._produce.value,
                 "zstd_bytes_per_s": self._zstd.value,

@@ -5,10 +5,10 @@ link rate: bytes the peer acknowledged per second the link was busy sending
 (``tcpi_busy_time`` less the time a slow reader's receive window held it
 back). That is the link's own throughput while it had data to carry, however
 fast or slowly the pipeline fills it. A window closes once it holds
-``MIN_BUSY_S`` of busy time, or after ``MAX_WINDOW_S``; a link busy less than
-``MIN_BUSY_S`` in that time carried its bytes at least ``bytes / MIN_BUSY_S``
-fast, which is what the window then says (a lower bound, as jiffy-counted busy
-time cannot say more). Windows are smoothed with an EWMA.
+``MIN_BUSY_S`` of busy time, or after ``MAX_WINDOW_S``. The kernel counts busy
+time in jiffies (1-10 ms), so a window of short bursts reads as little busy
+time: it says at least ``bytes / BUSY_FLOOR_S``, a lower bound far above what
+such a lightly used link carried. Windows are smoothed with an EWMA.
 
 ``PeerLinks`` keeps one meter per connection fd (the data loop's, read at
 most every ``READ_EVERY_S``) and which fd each peer's requests come on; an fd
@@ -30,6 +30,7 @@ from zmqdata._runtime import tcpinfo
 from zmqdata._runtime.tcpinfo import TcpInfo
 
 MIN_BUSY_S: Final = 0.1
+BUSY_FLOOR_S: Final = 0.02
 MAX_WINDOW_S: Final = 1.0
 READ_EVERY_S: Final = 0.05
 FORGET_AFTER_S: Final = 30.0
@@ -66,7 +67,7 @@ class LinkMeter:
         acked = info.bytes_acked - base.bytes_acked
         self._base, self._base_at = info, now
         if acked > 0:
-            window = acked / max(busy_s, MIN_BUSY_S)
+            window = acked / max(busy_s, BUSY_FLOOR_S)
             old = self.rate
             self.rate = window if old is None else old + SMOOTHING * (window - old)
         return self.rate
