@@ -101,7 +101,9 @@ def test_tcp_info_of_a_real_loopback_connection(loopback) -> None:
     dealer.send(b"hello")
     assert router.poll(5_000)
     (peer, payload), user, fd = auth.recv_with_fd(router, secured=False)
-    assert payload == b"hello" and user is None and fd >= 0
+    assert payload == b"hello"
+    assert user is None
+    assert fd >= 0
     before = tcpinfo.read(fd)
     assert before is not None
     count, size = 200, 1 << 20
