@@ -185,30 +185,16 @@ def run_link(
              "--seconds", str(seconds)],
             stdout=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
-        procs = [trainer]
+        procs: list[subprocess.Popen[Any]] = [trainer]
         try:
             assert trainer.stdout is not None
             target = trainer.stdout.readline().strip()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        *worker_prefix,
-                        sys.executable,
-                        "-m",
-                        "zmqdata",
-                        "worker",
-                        "--dispatcher",
-                        target,
-                        "--host",
-                        worker_host,
-                        "--insecure",
-                        "--heartbeat-interval-ms",
-                        "200",
-                    ],
-                    stderr=subprocess.DEVNULL,
-                    env=env,
-                )  # fmt: skip
-            )
+            worker = [
+                *worker_prefix, sys.executable, "-m", "zmqdata", "worker",
+                "--dispatcher", target, "--host", worker_host, "--insecure",
+                "--heartbeat-interval-ms", "200",
+            ]  # fmt: skip
+            procs.append(subprocess.Popen(worker, stderr=subprocess.DEVNULL, env=env))
             result: dict[str, Any] = json.loads(trainer.stdout.read())
         finally:
             stop_processes(reversed(procs))
