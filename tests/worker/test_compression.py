@@ -181,10 +181,13 @@ def test_task_compression_encodes_each_way_and_both_decode() -> None:
     assert stats["link_bytes_per_s"] == 1 * MB
 
 
-def test_task_compression_without_a_level_never_compresses() -> None:
-    task = TaskCompression(level=None, clock=FakeClock())
+@pytest.mark.parametrize("level", [None, 1])
+def test_task_compression_off_or_disabled_never_compresses(level) -> None:
+    task = TaskCompression(level=level, clock=FakeClock())
+    task.disable()  # e.g. its readers take shared memory
     task.link("peer", 1 * MB)
     element = np.zeros(1_000_000, np.float32)
     encoded = task.encode(element, element.nbytes)
     assert sum(memoryview(part).nbytes for part in encoded) > element.nbytes
     assert task.stats()["compressing"] is False
+    assert task.stats()["compressed_elements"] == 0

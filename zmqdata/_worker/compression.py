@@ -220,6 +220,10 @@ class TaskCompression:
         self.policy.compressed(nbytes, packed, self._clock() - start, start)
         return encoded
 
+    def disable(self) -> None:
+        """Never compress again (readers on shared memory); any thread."""
+        self.policy.disable()
+
     def link(self, key: Hashable, rate: float | None) -> None:
         """A reader's link rate (see ``CompressionPolicy.link``); any thread."""
         self.policy.link(key, rate, self._clock())
