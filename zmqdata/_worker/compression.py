@@ -189,7 +189,10 @@ class CompressionPolicy:
 class TaskCompression:
     """The producer thread's side: times the pipeline and encodes large elements.
 
-    ``level`` None (compression off, or no TCP link) never compresses.
+    Only large elements are timed (small ones stay off this path, which must
+    cost them nothing): the pipeline's time for one is the time from the end of
+    the previous one's ``resume`` to its ``encode``. ``level`` None
+    (compression off, or no TCP link) never compresses nor measures.
     """
 
     def __init__(
@@ -202,23 +205,22 @@ class TaskCompression:
         self._clock = clock
         self._since = clock()
 
-    def produced(self, nbytes: int) -> None:
-        """The pipeline just made ``nbytes`` (since ``resume``)."""
-        self.policy.produced(nbytes, self._clock() - self._since)
-
-    def resume(self) -> None:
-        """The producer goes back to its pipeline (after waiting for room)."""
-        self._since = self._clock()
-
     def encode(self, element: Any, nbytes: int) -> list[Any]:
-        """``element``'s frames, zstd-compressed if the policy says so."""
+        """The frames of the large ``element`` (``nbytes`` of data), zstd if it pays."""
+        if self._level is None:
+            return frames.encode([element])
         start = self._clock()
-        if self._level is None or not self.policy.should_compress(start):
+        self.policy.produced(nbytes, start - self._since)
+        if not self.policy.should_compress(start):
             return frames.encode([element])
         encoded = frames.encode([element], compression_level=self._level)
         packed = sum(memoryview(part).nbytes for part in encoded)
         self.policy.compressed(nbytes, packed, self._clock() - start, start)
         return encoded
+
+    def resume(self) -> None:
+        """The producer goes back to its pipeline (the element is queued)."""
+        self._since = self._clock()
 
     def disable(self) -> None:
         """Never compress again (readers on shared memory); any thread."""

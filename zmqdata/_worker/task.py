@@ -256,12 +256,11 @@ class TaskRunner:
 
     def _put(self, element: Any) -> None:
         element, size = retained.compact(element)
-        self.compression.produced(size)
-        item: Raw | Encoded
-        if size <= INLINE_BYTES:
-            item = Raw(element)
-        else:
-            item = Encoded(self.compression.encode(element, size))
+        large = size > INLINE_BYTES
+        item = (
+            Encoded(self.compression.encode(element, size)) if large else Raw(element)
+        )
         if self._sink.put(item, size, self._stop):
             self._wake(self.task_id)
-        self.compression.resume()
+        if large:
+            self.compression.resume()
