@@ -207,6 +207,7 @@ def run_link(
         "auto_el_s": el_s["AUTO"],
         "auto_over_none": float(el_s["AUTO"]) / float(el_s["None"]),
         "auto_compressing": [task.get("compressing") for task in auto],
+        "auto_tasks": auto,
         "link_mb_s": _median(auto, "link_bytes_per_s", 1e-6),
         "zstd_ratio": _median(auto, "compression_ratio", 1.0),
         "produce_mb_s": _median(auto, "produce_bytes_per_s", 1e-6),

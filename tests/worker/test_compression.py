@@ -165,9 +165,12 @@ def test_task_compression_encodes_each_way_and_both_decode() -> None:
     clock = FakeClock()
     task = TaskCompression(level=1, clock=clock)
     element = np.zeros(1_000_000, np.float32)
-    clock.now = 0.1  # the pipeline made 4 MB in 0.1 s
     raw = task.encode(element, element.nbytes)  # no link known: raw
     task.resume()
+    clock.now = 0.1  # the pipeline made the next 4 MB in 0.1 s
+    assert task.encode(element, element.nbytes) == raw
+    task.resume()
+    assert task.stats()["produce_bytes_per_s"] == pytest.approx(40 * MB)
     assert sum(memoryview(part).nbytes for part in raw) > element.nbytes
     task.link("peer", 1 * MB)
     packed = task.encode(element, element.nbytes)  # a slow link: a probe

@@ -191,7 +191,8 @@ class TaskCompression:
 
     Only large elements are timed (small ones stay off this path, which must
     cost them nothing): the pipeline's time for one is the time from the end of
-    the previous one's ``resume`` to its ``encode``. ``level`` None
+    the previous one's ``resume`` to its ``encode`` (the first one's, which
+    includes the pipeline's start, is not counted). ``level`` None
     (compression off, or no TCP link) never compresses nor measures.
     """
 
@@ -203,14 +204,15 @@ class TaskCompression:
         self.policy = CompressionPolicy(enabled=level is not None)
         self._level = level
         self._clock = clock
-        self._since = clock()
+        self._since: float | None = None
 
     def encode(self, element: Any, nbytes: int) -> list[Any]:
         """The frames of the large ``element`` (``nbytes`` of data), zstd if it pays."""
         if self._level is None:
             return frames.encode([element])
         start = self._clock()
-        self.policy.produced(nbytes, start - self._since)
+        if self._since is not None:
+            self.policy.produced(nbytes, start - self._since)
         if not self.policy.should_compress(start):
             return frames.encode([element])
         encoded = frames.encode([element], compression_level=self._level)
