@@ -6,7 +6,8 @@
     python bench/run.py --w2-elements 2000000
 
 Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
-(bench/scaling.py). Each figure is the median of ``--repeats`` runs after a
+(bench/scaling.py), images and text against torch DataLoader, Ray Data and one
+local process (bench/peers.py). Each figure is the median of ``--repeats`` runs after a
 warm-up, next to baselines measured in the same run; tf.data service figures
 are ANCHORS.md constants (bench/anchors.py), labelled as such. Progress goes to
 stderr; stdout gets the sections' tables, then one markdown table to paste
@@ -35,7 +36,7 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from bench import plots, report, scaling, workloads
+from bench import peers, plots, report, scaling, workloads
 from bench.common import ROOT, Bench, Stat, busy_cores, sizes_for
 
 SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
@@ -49,6 +50,8 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "cpu": scaling.client_cpu,
     "memory": scaling.client_memory,
     "sweep": scaling.size_sweep,
+    "images": peers.images,
+    "text": peers.text,
 }
 DEFAULT_OUT = Path(ROOT, "bench", "results", "latest.json")
 DOCS_IMG = Path(ROOT, "docs", "img")
