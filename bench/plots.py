@@ -142,7 +142,7 @@ def _pipelines(plt: Any, ran: dict[str, Any], path: Path, label: str) -> Path:
             ax.grid(True, axis="y", alpha=0.3)
         axes[0][column].set_title(
             f"{name}: {result['elements']:,} {unit}/epoch, batch {result['batch']},"
-            f" {result['workers']} workers",
+            f" {result['workers']} workers, median of {result['repeats']}",
             fontsize=10,
         )
     fig.suptitle(f"Real pipelines against the peers\n{label}", fontsize=10)
