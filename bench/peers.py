@@ -379,7 +379,7 @@ def details(result: dict[str, Any]) -> str:
     rows = []
     for figures in systems.values():
         if "skipped" in figures:
-            rows.append((figures["label"], "skipped: " + figures["skipped"], *"————"))
+            rows.append((figures["label"], "skipped: " + figures["skipped"], *"—————"))
             continue
         rate, cpu = figures["el_s"], figures["cpu_s_per_1k"]
         rows.append(
@@ -390,6 +390,7 @@ def details(result: dict[str, Any]) -> str:
                 _ratio(rate, local),
                 f"{cpu:.3f}",
                 _ratio(cpu, torch, "cpu_s_per_1k"),
+                f"{figures['setup_s']:.1f} + {figures['first_epoch_s']:.1f}",
             )
         )
     header = (
@@ -399,6 +400,7 @@ def details(result: dict[str, Any]) -> str:
         "vs local",
         f"trainer CPU s per 1,000 {unit}",
         "CPU vs torch",
+        "warm-up s (start + 1st epoch)",
     )
     about = (
         f"{result['elements']:,} {unit} per epoch from {result['files']:,} files,"

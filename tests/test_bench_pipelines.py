@@ -91,6 +91,8 @@ def _figures(rate: float, cpu: float) -> dict[str, object]:
         "elements": 640,
         "el_s": Stat([rate, rate]),
         "cpu_s_per_1k": Stat([cpu]),
+        "setup_s": 0.5,
+        "first_epoch_s": 1.25,
     }
 
 
@@ -110,7 +112,10 @@ def test_the_tables_give_ratios_against_torch_and_local_and_mark_targets():
         },
     }
     table = peers.details(result)
-    assert "| system at 3000 | 3,000 | 1.50x | 3.00x | 0.050 | 1.00x |" in table
+    assert (
+        "| system at 3000 | 3,000 | 1.50x | 3.00x | 0.050 | 1.00x | 0.5 + 1.2 |"
+        in table
+    )
     assert "skipped: `import ray` fails" in table
     rows = peers.rows("images", result)
     assert [row[3] for row in rows] == ["1.50x", "3.00x", "1.00x"]  # torch, local, CPU
