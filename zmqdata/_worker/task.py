@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,7 @@ from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
 
 logger = logging.getLogger(__name__)
@@ -43,8 +46,10 @@ EMPTY_BACKOFF_MAX_S = 0.5
 class RemoteSplitProvider(SplitProvider):
     """Asks the dispatcher for the splits of one iteration, one repetition at a time.
 
+    Cheap splits are asked for several at a time (``SplitBatch`` sizes the
+    requests from their round trip and how fast the splits are used up).
     Requests are numbered; one that gets no answer in time is sent again with
-    the same number, and the dispatcher answers it with the split it handed
+    the same number, and the dispatcher answers it with the splits it handed
     out the first time (so a stalled or restarted dispatcher loses none).
 
     Under an endless ``repeat`` a worker whose repetitions come up empty because
@@ -71,6 +76,8 @@ class RemoteSplitProvider(SplitProvider):
         self._repetition = 0
         self._request_id = 0
         self._sock: zmq.Socket[Any] | None = None
+        self._splits: deque[Split] = deque()
+        self._batch = SplitBatch()
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
@@ -84,12 +91,21 @@ class RemoteSplitProvider(SplitProvider):
         return self._sock
 
     def next_split(self) -> Split | None:
+        if not self._splits:
+            self._fetch()
+        if not self._splits:
+            return None
+        return self._splits.popleft()
+
+    def _fetch(self) -> None:
+        """Asks for the next splits: as many as the batch size says."""
         self._request_id += 1
         request = m.GetSplit(
             request_id=self._request_id,
             iteration_id=self._iteration_id,
             repetition=self._repetition,
             task_id=self._task_id,
+            max_splits=self._batch.size(time.monotonic()),
         )
         reply = self._call(request)
         if isinstance(reply, m.Error):
@@ -97,9 +113,10 @@ class RemoteSplitProvider(SplitProvider):
         assert isinstance(reply, m.GetSplitReply)
         if reply.end_of_splits:
             self._behind = reply.repetition > self._repetition
-            return None
+            return
         self._got_split = True
-        return reply.split
+        self._splits.extend(reply.splits)
+        self._batch.fetched(len(reply.splits), time.monotonic())
 
     def _call(self, request: m.GetSplit) -> m.Message:
         # Every worker asks again after a dispatcher restart: jittered delays.
