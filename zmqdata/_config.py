@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zmqdata._runtime.threads import check_setting
 from zmqdata._wire.address import PROTOCOLS, parse_target
 
 DATA_PROTOCOLS = ("tcp", "ipc", "inproc")
@@ -213,6 +214,12 @@ class WorkerConfig:
         curve_authorized_keys_dir: Directory of the public ``.key`` files of the
             consumers allowed to read from this worker.
         dispatcher_public_key_file: The dispatcher's public ``.key`` file.
+        threads: Threads each native pool (BLAS, OpenMP, ...) of the worker's
+            pipelines may use: ``"auto"`` (default) this host's usable cores
+            (affinity, cgroup quota) divided by its live zmqdata workers,
+            ``N``, or ``"none"`` to leave the pools alone. A worker inside
+            another process limits only OpenMP, per producer thread (see
+            docs/deployment.md).
     """
 
     dispatcher_address: str
@@ -229,6 +236,7 @@ class WorkerConfig:
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
     dispatcher_public_key_file: str | None = None
+    threads: int | str = "auto"
 
     def __post_init__(self) -> None:
         _validate(
@@ -248,6 +256,7 @@ class WorkerConfig:
                 "curve_secret_key_file": _optional(_text),
                 "curve_authorized_keys_dir": _optional(_text),
                 "dispatcher_public_key_file": _optional(_text),
+                "threads": check_setting,
             },
         )
         _check_curve(self, "curve_authorized_keys_dir", "dispatcher_public_key_file")
