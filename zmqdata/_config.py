@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmqdata._runtime.threads import check_setting
 from zmqdata._wire.address import PROTOCOLS, parse_target
 
 DATA_PROTOCOLS = ("tcp", "ipc", "inproc")
@@ -78,6 +77,14 @@ def _texts(value: Any) -> tuple[str, ...]:
     if not all(isinstance(item, str) and item for item in value):
         raise ValueError(f"expected a list of non-empty str, got {value!r}")
     return tuple(value)
+
+
+def _threads(value: Any) -> int | str:
+    if value in ("auto", "none"):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"expected 'auto', 'none' or an int >= 1, got {value!r}")
 
 
 def _target(value: Any) -> str:
@@ -256,7 +263,7 @@ class WorkerConfig:
                 "curve_secret_key_file": _optional(_text),
                 "curve_authorized_keys_dir": _optional(_text),
                 "dispatcher_public_key_file": _optional(_text),
-                "threads": check_setting,
+                "threads": _threads,
             },
         )
         _check_curve(self, "curve_authorized_keys_dir", "dispatcher_public_key_file")

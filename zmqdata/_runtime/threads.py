@@ -59,19 +59,6 @@ _SEAT = re.compile(r"^worker-(\d+)-(\d+)-[0-9a-f]+$")
 _owned = False
 
 
-def check_setting(value: object) -> Setting:
-    """``value`` if it is a valid ``threads`` setting, else ``ValueError``.
-
-    >>> check_setting("auto"), check_setting(2)
-    ('auto', 2)
-    """
-    if value in ("auto", "none"):
-        return str(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise ValueError(f"expected 'auto', 'none' or an int >= 1, got {value!r}")
-
-
 def share(setting: Setting, cores: int, workers: int) -> int | None:
     """Threads per pool for one worker (``None``: do not limit)."""
     if setting == "none":
