@@ -13,7 +13,7 @@ import zmqdata as zd
 from tests.cli.procs import run, zmqdata
 from tests.helpers import poll_for
 from zmqdata import service
-from zmqdata._runtime import threads
+from zmqdata._runtime import threads, yaml_config
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -121,3 +121,29 @@ def test_a_bad_threads_key_in_yaml_fails_naming_the_value(tmp_path):
     assert "worker.threads: expected 'auto', 'none' or an int >= 1, got 0.5" in (
         completed.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("section", "flag", "env"),
+    [
+        ("{}", "share", "share"),
+        ("{threads: auto}", "share", "share"),
+        ("{threads: 3}", None, "3"),
+        ("{threads: none}", None, None),
+    ],
+)
+def test_up_passes_its_division_unless_the_file_sets_a_number_or_none(
+    section, flag, env
+):
+    from zmqdata_cli.up import _worker_command, worker_env, worker_threads
+
+    share = str(max(1, threads.usable_cores() // 2))
+    flag, env = (share if v == "share" else v for v in (flag, env))
+    deployment = yaml_config.parse(f"worker: {section}\nworkers: 2\n")
+    command = _worker_command("up.yaml", "tcp://127.0.0.1:1", deployment, 1)
+    given = command[command.index("--threads") + 1] if "--threads" in command else None
+    assert given == flag
+    environ = worker_env(worker_threads(deployment))
+    assert (environ or {}).get("OMP_NUM_THREADS") == env
+    if environ is not None:
+        assert all(environ[name] == env for name in threads.ENV_VARS)

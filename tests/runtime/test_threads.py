@@ -179,3 +179,22 @@ def test_a_producer_thread_of_another_process_limits_only_its_openmp():
     assert seen[0]["openmp"] == 1  # OpenMP's limit is per thread
     assert seen[0]["blas"] == before["blas"]  # BLAS is process-wide: untouched
     assert _pools() == before  # the trainer's own pools as they were
+
+
+def _blas_of_the_worker(_: object) -> int:
+    return int(_pools().get("blas", 0))
+
+
+def test_an_in_process_worker_leaves_the_trainers_blas_pool_alone():
+    import zmqdata as zd
+
+    before = _pools()
+    with service.DispatchServer() as dispatcher:
+        config = service.WorkerConfig(dispatcher.target, threads=1)
+        with service.WorkerServer(config):
+            ds = zd.Dataset.range(2).map(_blas_of_the_worker)
+            seen = list(
+                ds.apply(service.distribute("distributed_epoch", dispatcher.target))
+            )
+    assert seen == [before.get("blas", 0)] * 2
+    assert _pools() == before
