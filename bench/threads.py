@@ -4,7 +4,8 @@ Each element runs 200 matmuls of 128x128 float32 (~7 ms on one core). Workers
 are started as users start them (``python -m zmqdata worker``) with none of the
 thread environment variables set, once with the default ``--threads auto``
 and once with ``--threads none`` (the pools as wide as the machine: the
-behaviour before workers limited them). A section for bench/run.py::
+behaviour before workers limited them); one worker with ``--threads 1`` as a
+reference. A section for bench/run.py::
 
     SECTIONS["threads"] = threads.numpy_workers
 
@@ -96,6 +97,8 @@ def numpy_workers(bench: Bench) -> dict[str, Any]:
         one = el_s(bench, 1, threads, elements)
         two = el_s(bench, 2, threads, elements // (4 if threads else 1))
         results[label] = {"1": one, "2": two, "speedup": two / one}
+    # Context: a lone worker held to one thread (what each of two gets).
+    results["1 thread"] = {"1": el_s(bench, 1, "1", elements)}
     return results
 
 
@@ -118,6 +121,9 @@ def main() -> None:
         label: {n: list(results[label][n].samples) for n in ("1", "2")}
         for label in ("auto", "none")
     }
+    one_thread = results["1 thread"]["1"]
+    print(f"| 1 (reference) | {one_thread:.1f} | | |")
+    samples["1 thread"] = {"1": list(one_thread.samples)}
     print(json.dumps(samples), file=sys.stderr)
 
 

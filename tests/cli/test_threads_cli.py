@@ -66,12 +66,14 @@ def test_a_standalone_worker_counts_the_live_workers_of_its_host(
     cores, tmp_path, monkeypatch
 ):
     monkeypatch.setenv(threads.RUNTIME_DIR_VAR, str(tmp_path))  # the child's too
-    seats = [threads.Seat() for _ in range(cores)]  # this process: alive
     with zmqdata("dispatcher", "--port", "0") as dispatcher:
         target = dispatcher.wait_for_line(r"dispatcher ready: (\S+)").group(1)
         with zmqdata("worker", "--dispatcher", target) as worker:
-            worker.wait_for_line("worker ready")
+            worker.wait_for_line(rf"native thread pools: {cores} threads each")
             poll_for(lambda: service.get_status(target)["workers"], 20)
+            # More workers start on the host (seats of this process, alive):
+            # the share is re-read when the task starts.
+            seats = [threads.Seat() for _ in range(cores)]
             ((_, blas, _),) = {parse(element) for element in read(target)}
             assert blas == "[1]"  # cores // (cores + 1) -> at least 1
             for seat in seats:

@@ -12,8 +12,8 @@ limits the pools its pipeline uses to its share (``WorkerConfig.threads``):
 * ``N``: N threads. ``"none"``: leave the pools alone.
 
 A dedicated worker process (``zmqdata worker``, ``zmqdata up``) calls
-``own_process()``: every pool (BLAS is process-wide) is limited and the usual
-environment variables are set for subprocesses and late-loaded libraries.
+``own_process()``: its tasks limit every pool (BLAS is process-wide) and the
+usual environment variables are set for subprocesses and late-loaded libraries.
 Workers inside another process (a trainer's in-process workers) limit only the
 OpenMP pools of their producer threads (OpenMP's limit is per thread), never
 the process-wide BLAS pools the trainer itself uses.
@@ -203,6 +203,7 @@ class Seat:
     2
     >>> seats[0].release(); live_workers(directory)
     1
+    >>> seats[1].release(); os.rmdir(directory)
     """
 
     def __init__(self, directory: Path | None = None) -> None:
@@ -261,21 +262,21 @@ def resolve(setting: Setting, extra_workers: int = 0) -> int | None:
 
 
 def own_process(setting: Setting, extra_workers: int = 1) -> int | None:
-    """Declares this process a dedicated worker process and limits it.
+    """Declares this process a dedicated worker process; returns its share now.
 
-    Sets the ``ENV_VARS`` and limits every native pool (BLAS process-wide,
-    OpenMP for this thread); from then on each task limits every pool too.
-    Call it once, early, on the main thread. Returns the share (None: "none").
+    Sets the ``ENV_VARS`` (for subprocesses and libraries loaded later); from
+    then on each task limits every native pool, BLAS included. Call it once,
+    early, on the main thread, which must never limit the pools itself: once
+    the main thread has set OpenBLAS's thread count, OpenBLAS ignores the
+    counts other threads set (seen with numpy's OpenBLAS 0.3.31).
     """
     global _owned
     _owned = True
     threads = resolve(setting, extra_workers)
-    if threads is None:
-        return None
-    for name in ENV_VARS:
-        os.environ[name] = str(threads)
-    threadpoolctl.threadpool_limits(limits=threads)
-    logger.info("native thread pools limited to %d threads (%s)", threads, setting)
+    if threads is not None:
+        for name in ENV_VARS:
+            os.environ[name] = str(threads)
+        logger.info("native thread pools: %d threads each (%s)", threads, setting)
     return threads
 
 
