@@ -22,7 +22,8 @@ def pools(_: object) -> str:
     """What the worker running the pipeline sees: BLAS threads and OMP_NUM_THREADS."""
     import threadpoolctl
 
-    blas = [i["num_threads"] for i in threadpoolctl.threadpool_info()]
+    info = threadpoolctl.threadpool_info()
+    blas = [i["num_threads"] for i in info if i["user_api"] == "blas"]
     return f"{os.getpid()} {blas} {os.environ.get('OMP_NUM_THREADS')}"
 
 

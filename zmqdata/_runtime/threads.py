@@ -160,15 +160,15 @@ def usable_cores(
 def registry_dir() -> Path:
     """Where this host's workers announce themselves (per user).
 
-    ``$ZMQDATA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/zmqdata``, else
-    ``/dev/shm/zmqdata-<uid>``, else ``<tmp>/zmqdata-<uid>``.
+    ``$ZMQDATA_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/zmqdata-workers``, else
+    ``/dev/shm/zmqdata-workers-<uid>``, else ``<tmp>/zmqdata-workers-<uid>``.
     """
     if os.environ.get(RUNTIME_DIR_VAR):
         return Path(os.environ[RUNTIME_DIR_VAR])
     if os.environ.get("XDG_RUNTIME_DIR"):
-        return Path(os.environ["XDG_RUNTIME_DIR"], "zmqdata")
+        return Path(os.environ["XDG_RUNTIME_DIR"], "zmqdata-workers")
     base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    return Path(base, f"zmqdata-{os.getuid()}")
+    return Path(base, f"zmqdata-workers-{os.getuid()}")
 
 
 def start_time(pid: int) -> int | None:
