@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach
+from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach, threads
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
@@ -210,6 +210,7 @@ class _ControlLoop(PollLoop):
                 self.config.cross_trainer_cache_size_bytes,
                 self._keys,
             )
+            runner.thread_limit = self.config.threads
             self._runners.add(runner)
             runner.start()
             logger.debug("task %d started", runner.task_id)
@@ -372,6 +373,7 @@ class WorkerServer:
         if not self._counted:  # target_workers="LOCAL" reads check for one
             self._counted = True
             LOCAL_WORKERS.started()
+            self._seat = threads.Seat()  # counted by "auto" thread shares
 
     def _advertise(self) -> None:
         control = self._control
@@ -402,6 +404,7 @@ class WorkerServer:
         self._stopped = True
         if self._counted:
             LOCAL_WORKERS.stopped()
+            self._seat.release()
         if self._metrics is not None:
             self._metrics.stop()
         self._control.stop()

@@ -20,7 +20,7 @@ from zmqdata._dataset import graph
 from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._runtime import auth
+from zmqdata._runtime import auth, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
@@ -151,6 +151,9 @@ class RemoteSplitProvider(SplitProvider):
 class TaskRunner:
     """One task: its pipeline, its producer thread and its output buffer."""
 
+    thread_limit: threads.Setting = "none"
+    """Its native thread pools' limit (``WorkerConfig.threads``), set before start."""
+
     def __init__(
         self,
         task: TaskDef,
@@ -231,6 +234,7 @@ class TaskRunner:
         try:
             task = self._task
             root = graph.deserialize(task.pipeline)
+            threads.limit_producer(self.thread_limit)
             ctx = IterContext()
             if task.processing_mode == ShardingPolicy.DYNAMIC:
                 provider = RemoteSplitProvider(
