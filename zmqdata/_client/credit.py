@@ -13,9 +13,11 @@ started yet (``NOT_FOUND``) is asked again with backoff.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
+from zmqdata._runtime import shm
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
@@ -41,13 +43,32 @@ def default_credit(options: ReadOptions) -> int:
     return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
 
 
+class _Reader(threading.local):
+    """Whether the reader on this thread asks workers for shared memory."""
+
+    asks = False
+
+
+_READER = _Reader()
+
+
+def ask_for_shared_memory(asks: bool) -> None:
+    """Called on a reader's thread: its requests name its presence file (or not)."""
+    _READER.asks = asks
+
+
 def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
     """The elements of a data reply, and the bytes they hold once decoded.
 
     Checked as ``frames.decode_messages`` does: within the codec's limits, and
-    exactly the frames and the ``count`` elements the header lists.
+    exactly the frames and the ``count`` elements the header lists. Buffers in
+    shared memory are accepted only by a reader that asked for them (see
+    ``ask_for_shared_memory``): their segments are mapped and unlinked.
     """
-    return frames.decode_messages(parts[1:], header.parts, header.count)
+    segments = shm.claim if _READER.asks else None
+    return frames.decode_messages(
+        parts[1:], header.parts, header.count, segments=segments
+    )
 
 
 def _idle(core: ReadCore, tasks: list[Task], depth: int, now: float) -> list[Task]:

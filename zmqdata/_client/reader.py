@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import queue
 import sys
@@ -32,12 +33,12 @@ from zmqdata._client.core import (
     ReadOptions,
     Timeouts,
 )
-from zmqdata._client.credit import CreditPlan
+from zmqdata._client.credit import CreditPlan, ask_for_shared_memory
 from zmqdata._client.links import Links
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
-from zmqdata._runtime import auth, clock
+from zmqdata._runtime import auth, clock, shm
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
@@ -96,6 +97,11 @@ class Fetcher(PollLoop):
             clock.now(),
         )
         self._initial = state
+        # Same host: requests name this process's presence file in /dev/shm,
+        # and workers that can open it answer with shared memory.
+        self._probe = shm.presence() if shm.enabled() else ""
+        if self._probe:
+            shm.sweep()
         self.waker = Waker()
         self.tick_s = min(0.05, settings.heartbeat_s)
 
@@ -103,6 +109,8 @@ class Fetcher(PollLoop):
 
     def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
         """Sends ``request`` without blocking; False when it could not be queued."""
+        if self._probe and not endpoint.startswith("inproc://"):
+            request = dataclasses.replace(request, shm_probe=self._probe)
         try:
             self._socket_for(endpoint).send(m.encode(request), zmq.NOBLOCK)
         except zmq.Again:
@@ -121,6 +129,7 @@ class Fetcher(PollLoop):
     # ------------------------------------------------------------ loop hooks
 
     def setup(self) -> None:
+        ask_for_shared_memory(bool(self._probe))
         self._dispatcher = self.socket(zmq.DEALER)
         self._connect(self._dispatcher, self._service)
         self.watch(self.waker.fileno())
@@ -154,6 +163,8 @@ class Fetcher(PollLoop):
         self.to_dispatcher(m.ReleaseIterationClient(client_id=self._core.client_id))
         self.waker.close()
         self._links.close()
+        if self._probe:
+            shm.sweep()
 
     def _connect(self, sock: zmq.Socket[Any], endpoint: str) -> None:
         auth.secure_client(sock, self._keys)

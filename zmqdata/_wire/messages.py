@@ -293,6 +293,9 @@ class GetElements(Message):
     """Cross-trainer cache: whose read position to serve from."""
     ticket: bytes = b""
     """CurveZMQ: the task's read ticket from ``IterationState`` (see auth.read_ticket)."""
+    shm_probe: str = ""
+    """Same-host reads: the consumer's presence file in /dev/shm; a worker that
+    can open it may answer with shared-memory segments (``_runtime/shm.py``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
