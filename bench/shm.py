@@ -6,6 +6,7 @@ repeat reads one epoch with shared memory (the default) and one over tcp
 (``ZMQDATA_SHARED_MEMORY=0`` for the reader), in alternation, on the same
 workers; medians are printed, with the trainer's CPU seconds
 (``time.process_time``: every thread of this process) per 1,000 elements.
+``--touch``: the trainer also reads one value per 4 KiB page of every batch.
 
     flock /tmp/zmqdata-bench.lock .venv/bin/python bench/shm.py [--batches 150]
 """
@@ -36,7 +37,9 @@ def batch(i: Any) -> np.ndarray[Any, Any]:
     return out
 
 
-def epoch(target: str, batches: int, shared: bool) -> tuple[float, float]:
+def epoch(
+    target: str, batches: int, shared: bool, touch: bool = False
+) -> tuple[float, float]:
     """Reads one epoch; returns (trainer CPU s per 1,000 elements, elements/s)."""
     os.environ["ZMQDATA_SHARED_MEMORY"] = "1" if shared else "0"
     ds = distributed(
@@ -50,6 +53,8 @@ def epoch(target: str, batches: int, shared: bool) -> tuple[float, float]:
     cpu, wall = time.process_time(), time.perf_counter()
     for element in ds:
         seen += element.shape[0]
+        if touch:
+            element.reshape(-1)[::1024].sum()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     if seen != batches * SHAPE[0]:
         raise RuntimeError(f"read {seen} elements, expected {batches * SHAPE[0]}")
@@ -60,15 +65,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=150)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--touch", action="store_true")
     args = parser.parse_args()
     results: dict[str, list[tuple[float, float]]] = {"shm": [], "tcp": []}
     with cluster(2) as target:
         epoch(target, 20, shared=True)  # warm up both workers
         for _ in range(args.repeats):
             for name, runs in results.items():
-                runs.append(epoch(target, args.batches, name == "shm"))
+                runs.append(epoch(target, args.batches, name == "shm", args.touch))
     print(
-        f"{args.batches} batches of {SHAPE} float32, 2 worker processes, "
+        f"touch={args.touch}: {args.batches} batches of {SHAPE} float32, 2 worker processes, "
         f"median of {args.repeats}"
     )
     print("| path | elements/s | trainer CPU s per 1,000 elements |")

@@ -74,6 +74,7 @@ def test_this_process_keeps_its_own_files_through_a_sweep() -> None:
     shm.sweep()
     assert os.path.exists(os.path.join(shm.DIRECTORY, name))
     assert bytes(shm.claim(name, 10)) == b"0123456789"
+    shm.unlink(name)
     assert not os.path.exists(os.path.join(shm.DIRECTORY, name))
 
 

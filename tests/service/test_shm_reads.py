@@ -95,6 +95,22 @@ def test_exactly_once_through_shared_memory_and_freed_on_drop(
     poll_for(lambda: not segments_of(own))
 
 
+def test_dropped_segments_are_given_back_while_reading(
+    cluster: Callable[..., Cluster], env: pytest.MonkeyPatch
+) -> None:
+    c = cluster(num_workers=1)
+    own = shm.presence()
+    reader = iter(read(c.target, 200))
+    highest = 0
+    for _ in range(150):  # never more than the credit and the buffer in flight
+        highest = max(highest, len(segments_of(own)))
+        assert int(next(reader)[0]) >= 0
+    # 1.2 MB elements: 16 MiB requests, 64 MiB buffered, some dropped ones.
+    assert highest < 120
+    reader.close()
+    poll_for(lambda: not segments_of(own))
+
+
 def test_variable_zero_reads_over_tcp(
     cluster: Callable[..., Cluster], env: pytest.MonkeyPatch
 ) -> None:

@@ -40,7 +40,7 @@ def shared(value: Any) -> frames.SharedFrames:
     return encoded
 
 
-def test_shared_frames_decode_bit_exact_and_the_segment_is_claimed() -> None:
+def test_shared_frames_decode_bit_exact_and_outlive_the_file() -> None:
     value = element(1)
     encoded = shared(value)
     path = os.path.join(shm.DIRECTORY, encoded.segment)
@@ -50,7 +50,10 @@ def test_shared_frames_decode_bit_exact_and_the_segment_is_claimed() -> None:
     (decoded,), _ = frames.decode(encoded.described, segments=shm.claim)
     assert_bit_equal(decoded, value)
     assert decoded["big"].flags.writeable  # copy-on-write, as read from a socket
-    assert not os.path.exists(path)  # unlinked when claimed: freed with the arrays
+    shm.unlink(encoded.segment)  # as its writer does once it is given back
+    assert not os.path.exists(path)
+    decoded["big"][0] = 7  # the mapping lives on with the arrays
+    assert_bit_equal(decoded["fortran"], value["fortran"])
 
 
 def test_inband_form_decodes_without_shared_memory() -> None:

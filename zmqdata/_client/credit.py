@@ -17,7 +17,6 @@ import threading
 from typing import Any
 
 from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
-from zmqdata._runtime import shm
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
@@ -44,17 +43,17 @@ def default_credit(options: ReadOptions) -> int:
 
 
 class _Reader(threading.local):
-    """Whether the reader on this thread asks workers for shared memory."""
+    """How the reader on this thread maps segments (None: it did not ask for any)."""
 
-    asks = False
+    segments: frames.Claim | None = None
 
 
 _READER = _Reader()
 
 
-def ask_for_shared_memory(asks: bool) -> None:
-    """Called on a reader's thread: its requests name its presence file (or not)."""
-    _READER.asks = asks
+def ask_for_shared_memory(segments: frames.Claim | None) -> None:
+    """Called on a reader's thread: it asks workers for shared memory, mapped so."""
+    _READER.segments = segments
 
 
 def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
@@ -63,11 +62,10 @@ def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], in
     Checked as ``frames.decode_messages`` does: within the codec's limits, and
     exactly the frames and the ``count`` elements the header lists. Buffers in
     shared memory are accepted only by a reader that asked for them (see
-    ``ask_for_shared_memory``): their segments are mapped and unlinked.
+    ``ask_for_shared_memory``).
     """
-    segments = shm.claim if _READER.asks else None
     return frames.decode_messages(
-        parts[1:], header.parts, header.count, segments=segments
+        parts[1:], header.parts, header.count, segments=_READER.segments
     )
 
 

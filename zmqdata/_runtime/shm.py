@@ -11,8 +11,8 @@ A worker writes a segment with :func:`store` (no mapping of its own: a
 ``pwrite``, so a full ``/dev/shm`` is an error it falls back from, never a
 ``SIGBUS``). A consumer claims it with :func:`claim`: the name must match
 ``SEGMENT_NAME``, the file must be a regular file of this user under
-``/dev/shm`` as large as the header claims; it is mapped copy-on-write and
-unlinked at once, so the kernel frees it when the last array drops.
+``/dev/shm`` as large as the header claims; it is mapped copy-on-write, and
+the kernel frees it once it is unlinked and the last array dropped.
 
 A consumer shows a worker that they share ``/dev/shm`` (same host, as far as
 memory goes; also in containers) by naming its presence file in its requests:
@@ -25,6 +25,7 @@ True
 >>> name = store(3, [(0, memoryview(b"abc"))])
 >>> name is None or bytes(claim(name, 3)) == b"abc"
 True
+>>> if name: unlink(name)
 """
 
 from __future__ import annotations
@@ -186,7 +187,10 @@ def read_back(name: str) -> mmap.mmap:
 
 
 def claim(name: str, extent: int) -> mmap.mmap:
-    """Maps another process's segment copy-on-write, then unlinks it.
+    """Maps another process's segment copy-on-write.
+
+    The file stays: its writer unlinks it once the reader gives it back (then
+    freeing its pages is the writer's work), or :func:`unlink` does.
 
     Checks, before mapping anything, that ``name`` is a segment name, that it
     is a regular file of this user directly under ``/dev/shm`` (no link
@@ -220,9 +224,7 @@ def claim(name: str, extent: int) -> mmap.mmap:
             )
         # Copy-on-write: arrays are writable, as those read from a socket.
         # Not MAP_POPULATE: on a writable private mapping it copies every page.
-        mapping = mmap.mmap(fd, extent, access=mmap.ACCESS_COPY)
-        unlink(name)
-        return mapping
+        return mmap.mmap(fd, extent, access=mmap.ACCESS_COPY)
     finally:
         os.close(fd)
 

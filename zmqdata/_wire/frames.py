@@ -26,7 +26,7 @@ is in the shared-memory segment the header names (``"s": name``, a file in
 ``/dev/shm``) and its frame holds its 8-byte little-endian offset there
 (buffers packed in table order at 64-byte alignment, no overlap). The reader
 maps the segment (``decode``'s ``segments``, e.g. ``_runtime.shm.claim``,
-which checks the file's size before mapping) and unlinks it; without
+which checks the file's size before mapping); without
 ``segments`` such frames are refused.
 
 A SPEC describes a batch of ``k`` elements that share one structure: ``"c"``

@@ -9,10 +9,12 @@ never compressed) instead of keeping them as frames; the reply then carries
 only the segment's name and offsets. A ``SharedItem`` taken by a reader that is
 not on this host after all travels over the socket, read from the segment.
 
-Segments are removed: by the consumer when it maps them; by the worker when an
-item is dropped unsent (task deleted, worker stopped: a finalizer), when one
-sent is still unclaimed ``CLAIM_GRACE_S`` later (its consumer died), and at
-``SharedServing.close``; those of dead processes by ``shm.sweep``.
+Segments are removed by the worker: when its reader gives one back (it dropped
+the arrays; ``GetElements.shm_done``), when an item is dropped unsent (task
+deleted, worker stopped: a finalizer), when one sent is not given back
+``CLAIM_GRACE_S`` later (its reader died, or still holds it), and at
+``SharedServing.close``; by a reader that closes; those of dead processes by
+``shm.sweep``.
 
 A new task starts sharing if the worker's last reader was on this host (or it
 has had none yet): what its producer buffers before the first request arrives
@@ -115,7 +117,9 @@ class SharedServing:
 
     def __init__(self) -> None:
         self._probes: dict[str, bool] = {}
-        self._sent: deque[tuple[float, str]] = deque()
+        self._sent: dict[str, str] = {}
+        """Segments sent and not given back yet: name -> the reader's probe."""
+        self._expiry: deque[tuple[float, str]] = deque()
         self.last_same_host = True
         """Whether the last reader was on this host (none yet: assume so)."""
 
@@ -132,7 +136,14 @@ class SharedServing:
         return verdict
 
     def note(self, share: TaskShare | None, request: m.GetElements) -> None:
-        """Tells the task who reads it."""
+        """Tells the task who reads it; unlinks the segments its reader gave back.
+
+        A reader gives back only segments sent to it (same probe).
+        """
+        for name in request.shm_done:
+            if type(name) is str and self._sent.get(name) == request.shm_probe:
+                del self._sent[name]
+                shm.unlink(name)
         self.last_same_host = self.same_host(request)
         if share is not None:
             share.note(self.last_same_host, clock.now())
@@ -148,7 +159,8 @@ class SharedServing:
             return item.frames
         if self.same_host(request):
             item.segment.hand_off()
-            self._sent.append((clock.now() + CLAIM_GRACE_S, item.segment.name))
+            self._sent[item.segment.name] = request.shm_probe
+            self._expiry.append((clock.now() + CLAIM_GRACE_S, item.segment.name))
             return item.frames
         mapping = memoryview(shm.read_back(item.segment.name))
         item.segment.unlink()
@@ -156,9 +168,15 @@ class SharedServing:
         return [item.shared.inband_header, *(mapping[o : o + n] for o, n in spans)]
 
     def expire(self, now: float) -> None:
-        """Removes the segments sent ``CLAIM_GRACE_S`` ago (claimed ones are gone)."""
-        while self._sent and self._sent[0][0] <= now:
-            shm.unlink(self._sent.popleft()[1])
+        """Removes the segments sent ``CLAIM_GRACE_S`` ago and not given back.
+
+        Their reader died, or still maps them (then they are freed when it
+        drops them).
+        """
+        while self._expiry and self._expiry[0][0] <= now:
+            name = self._expiry.popleft()[1]
+            if self._sent.pop(name, None) is not None:
+                shm.unlink(name)
 
     def close(self) -> None:
         """Removes every segment sent and not claimed yet (the worker stops)."""
