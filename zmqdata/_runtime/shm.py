@@ -11,8 +11,10 @@ A worker writes a segment with :func:`store` (no mapping of its own: a
 ``pwrite``, so a full ``/dev/shm`` is an error it falls back from, never a
 ``SIGBUS``). A consumer claims it with :func:`claim`: the name must match
 ``SEGMENT_NAME``, the file must be a regular file of this user under
-``/dev/shm`` as large as the header claims; it is mapped copy-on-write, and
-the kernel frees it once it is unlinked and the last array dropped.
+``/dev/shm`` as large as the header claims; it is mapped shared. A reader
+gives a dropped segment back; the writer keeps it for reuse (``recycle``),
+written again in place, and unlinks it when idle (``trim_pool``); the kernel
+frees it once it is unlinked and unmapped.
 
 A consumer shows a worker that they share ``/dev/shm`` (same host, as far as
 memory goes; also in containers) by naming its presence file in its requests:
@@ -42,6 +44,7 @@ import stat
 import sys
 import threading
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
@@ -135,16 +138,83 @@ def presence() -> str:
     return _PRESENCE.get()
 
 
+class _Pool:
+    """Segments readers gave back, by size, for ``store`` to write again.
+
+    A reader keeps its mapping of a segment it gave back, so one written again
+    costs neither side any page allocation, mapping or fault: only the copy.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_size: dict[int, deque[tuple[float, str]]] = {}
+        self._bytes = 0
+
+    def take(self, size: int) -> str | None:
+        with self._lock:
+            free = self._by_size.get(size)
+            if not free:
+                return None
+            self._bytes -= size
+            return free.popleft()[1]
+
+    def put(self, name: str, size: int, now: float) -> None:
+        with self._lock:
+            if self._bytes + size <= POOL_BYTES:
+                self._by_size.setdefault(size, deque()).append((now, name))
+                self._bytes += size
+                return
+        unlink(name)
+
+    def trim(self, before: float) -> None:
+        """Unlinks the segments given back before ``before``."""
+        stale: list[str] = []
+        with self._lock:
+            for size, free in self._by_size.items():
+                while free and free[0][0] < before:
+                    stale.append(free.popleft()[1])
+                    self._bytes -= size
+        for name in stale:
+            unlink(name)
+
+
+POOL_BYTES: Final = 256 << 20
+"""The most bytes of given-back segments kept for reuse, ..."""
+POOL_IDLE_S: Final = 5.0
+"""... each for this long (see ``trim_pool``)."""
+_POOL = _Pool()
+atexit.register(_POOL.trim, float("inf"))
+
+
+def recycle(name: str, size: int, now: float) -> None:
+    """Keeps this process's segment ``name`` of ``size`` bytes for reuse by ``store``."""
+    _POOL.put(name, size, now)
+
+
+def trim_pool(now: float) -> None:
+    """Unlinks the segments kept longer than ``POOL_IDLE_S`` (all with ``inf``)."""
+    _POOL.trim(now - POOL_IDLE_S)
+
+
 def store(size: int, parts: Sequence[tuple[int, memoryview]]) -> str | None:
-    """Writes ``parts`` (``(offset, bytes)``) into a new segment of ``size`` bytes.
+    """Writes ``parts`` (``(offset, bytes)``) into a segment of ``size`` bytes.
+
+    One given back of that size is written again; else a new one is made.
 
     Returns:
         The segment's name, or None when ``/dev/shm`` has no room for it (or
         cannot be written): the caller sends the bytes over the socket.
     """
-    name = _PRESENCE.segment_name()
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(_path(name), flags, 0o600)
+    name = _POOL.take(size)
+    if name is not None:
+        flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    else:
+        name = _PRESENCE.segment_name()
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(_path(name), flags, 0o600)
+    except OSError:
+        return None
     try:
         for offset, data in parts:
             done = 0
@@ -187,10 +257,10 @@ def read_back(name: str) -> mmap.mmap:
 
 
 def claim(name: str, extent: int) -> mmap.mmap:
-    """Maps another process's segment copy-on-write.
+    """Maps another process's segment (shared, writable).
 
-    The file stays: its writer unlinks it once the reader gives it back (then
-    freeing its pages is the writer's work), or :func:`unlink` does.
+    The file stays: its writer reuses or unlinks it once the reader gives it
+    back (freeing its pages is then the writer's work), or :func:`unlink` does.
 
     Checks, before mapping anything, that ``name`` is a segment name, that it
     is a regular file of this user directly under ``/dev/shm`` (no link
@@ -203,7 +273,7 @@ def claim(name: str, extent: int) -> mmap.mmap:
         raise InvalidArgumentError(f"bad shared-memory segment name {name!r:.80}")
     if type(extent) is not int or extent <= 0:
         raise InvalidArgumentError(f"bad shared-memory extent {extent!r}")
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(_path(name), flags)
     except OSError as error:
@@ -222,9 +292,10 @@ def claim(name: str, extent: int) -> mmap.mmap:
                 f"shared-memory segment {name} holds {info.st_size} bytes, "
                 f"the header claims {extent}"
             )
-        # Copy-on-write: arrays are writable, as those read from a socket.
-        # Not MAP_POPULATE: on a writable private mapping it copies every page.
-        return mmap.mmap(fd, extent, access=mmap.ACCESS_COPY)
+        # Shared: a reused segment's new content shows through the same pages.
+        # Writable, as arrays read from a socket are (the writer rewrites every
+        # byte it sends). Not MAP_POPULATE: a trainer may not touch it all.
+        return mmap.mmap(fd, extent)
     finally:
         os.close(fd)
 

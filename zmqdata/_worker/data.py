@@ -142,7 +142,7 @@ class DataLoop(PollLoop):
             self._on_request(sock, received, user)
 
     def on_tick(self, now: float) -> None:
-        self._shared.expire(now)
+        self._shared.expire(now, {r.task_id for r in self._runners.snapshot()})
         for task_id in self._parked.task_ids():
             self._serve_parked(task_id)
         for task_id in list(self._rounds):

@@ -9,8 +9,9 @@ never compressed) instead of keeping them as frames; the reply then carries
 only the segment's name and offsets. A ``SharedItem`` taken by a reader that is
 not on this host after all travels over the socket, read from the segment.
 
-Segments are removed by the worker: when its reader gives one back (it dropped
-the arrays; ``GetElements.shm_done``), when an item is dropped unsent (task
+Segments are removed by the worker: once one its reader gave back (it dropped
+the arrays; ``GetElements.shm_done``) has not been written again for
+``shm.POOL_IDLE_S``, when an item is dropped unsent (task
 deleted, worker stopped: a finalizer), when one sent is not given back
 ``CLAIM_GRACE_S`` later (its reader died, or still holds it), and at
 ``SharedServing.close``; by a reader that closes; those of dead processes by
@@ -117,8 +118,8 @@ class SharedServing:
 
     def __init__(self) -> None:
         self._probes: dict[str, bool] = {}
-        self._sent: dict[str, str] = {}
-        """Segments sent and not given back yet: name -> the reader's probe."""
+        self._sent: dict[str, tuple[str, int, int]] = {}
+        """Segments sent, not given back yet: name -> (reader's probe, size, task)."""
         self._expiry: deque[tuple[float, str]] = deque()
         self.last_same_host = True
         """Whether the last reader was on this host (none yet: assume so)."""
@@ -140,10 +141,12 @@ class SharedServing:
 
         A reader gives back only segments sent to it (same probe).
         """
+        now = clock.now()
         for name in request.shm_done:
-            if type(name) is str and self._sent.get(name) == request.shm_probe:
+            sent = self._sent.get(name) if type(name) is str else None
+            if sent is not None and sent[0] == request.shm_probe:
                 del self._sent[name]
-                shm.unlink(name)
+                shm.recycle(name, sent[1], now)
         self.last_same_host = self.same_host(request)
         if share is not None:
             share.note(self.last_same_host, clock.now())
@@ -159,7 +162,12 @@ class SharedServing:
             return item.frames
         if self.same_host(request):
             item.segment.hand_off()
-            self._sent[item.segment.name] = request.shm_probe
+            offset, nbytes = item.shared.spans[-1]
+            self._sent[item.segment.name] = (
+                request.shm_probe,
+                offset + nbytes,
+                request.task_id,
+            )
             self._expiry.append((clock.now() + CLAIM_GRACE_S, item.segment.name))
             return item.frames
         mapping = memoryview(shm.read_back(item.segment.name))
@@ -167,16 +175,22 @@ class SharedServing:
         spans = item.shared.spans
         return [item.shared.inband_header, *(mapping[o : o + n] for o, n in spans)]
 
-    def expire(self, now: float) -> None:
-        """Removes the segments sent ``CLAIM_GRACE_S`` ago and not given back.
+    def expire(self, now: float, tasks: set[int] | None = None) -> None:
+        """Removes the segments not given back ``CLAIM_GRACE_S`` after they were sent.
 
         Their reader died, or still maps them (then they are freed when it
-        drops them).
+        drops them). With ``tasks`` (those still on the worker), also those
+        of deleted tasks, whose readers are done. Trims the reuse pool.
         """
         while self._expiry and self._expiry[0][0] <= now:
             name = self._expiry.popleft()[1]
             if self._sent.pop(name, None) is not None:
                 shm.unlink(name)
+        if tasks is not None:
+            for name in [n for n, sent in self._sent.items() if sent[2] not in tasks]:
+                del self._sent[name]
+                shm.unlink(name)
+        shm.trim_pool(now)
 
     def close(self) -> None:
         """Removes every segment sent and not claimed yet (the worker stops)."""
