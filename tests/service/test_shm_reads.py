@@ -161,6 +161,16 @@ def test_worker_processes_exactly_once(env: pytest.MonkeyPatch) -> None:
         ):
             poll_for(lambda: c.num_registered_workers() == 2, 20)
             check(list(read(c.target, 40)), 40)
+
+            def sent() -> list[int]:  # from the workers' heartbeats
+                workers = c.status()["workers"]
+                return [w["stats"].get("elements", 0) for w in workers]
+
+            poll_for(lambda: sum(sent()) == 40, 10)
+            workers = c.status()["workers"]
+            assert (
+                sum(w["stats"].get("bytes", 0) for w in workers) < 40 * SIZE * 4 // 20
+            )
             owners = [f"zmqdata-{proc.popen.pid}" for proc in (one, two)]
             poll_for(lambda: not any(segments_of(owner) for owner in owners))
     finally:
