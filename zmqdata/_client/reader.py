@@ -162,6 +162,7 @@ class Fetcher(PollLoop):
 
     def on_tick(self, now: float) -> None:
         self._core.tick(now)
+        self._claims.trim(now)
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out

@@ -74,6 +74,14 @@ class Claims:
         now = clock.now()
         self._idle[name] = (now, mapping)
         self._idle_bytes += len(mapping)
+        self._forget(now)
+
+    def trim(self, now: float) -> None:
+        """Forgets the mappings kept longer than ``IDLE_S`` (the fetcher's tick)."""
+        with self._lock:
+            self._forget(now)
+
+    def _forget(self, now: float) -> None:
         while self._idle and (
             self._idle_bytes > IDLE_BYTES
             or next(iter(self._idle.values()))[0] < now - IDLE_S
