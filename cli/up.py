@@ -34,7 +34,7 @@ from zmqdata_cli._common import (
 from zmqdata_cli.daemons import build_dispatcher
 
 from zmqdata import service
-from zmqdata._runtime import threads, yaml_config
+from zmqdata._runtime import shm, threads, yaml_config
 from zmqdata._runtime.clock import Backoff
 
 logger = logging.getLogger("zmqdata")
@@ -100,6 +100,7 @@ class _Slot:
                 self.crashes = []
                 self.backoff.reset()
             return
+        shm.sweep()  # the shared-memory segments it left
         self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
         if len(self.crashes) >= self.max_crashes:
             raise click.ClickException(

@@ -297,6 +297,11 @@ class GetElements(Message):
     """Cross-trainer cache: whose read position to serve from."""
     ticket: bytes = b""
     """CurveZMQ: the task's read ticket from ``IterationState`` (see auth.read_ticket)."""
+    shm_probe: str = ""
+    """Same-host reads: the consumer's presence file in /dev/shm; a worker that
+    can open it may answer with shared-memory segments (``_runtime/shm.py``)."""
+    shm_done: list[str] = field(default_factory=list)
+    """Segments this worker sent that the consumer has dropped: unlink them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

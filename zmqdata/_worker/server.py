@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach, threads
+from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach, shm, threads
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
@@ -209,6 +209,7 @@ class _ControlLoop(PollLoop):
                 self._data.waker.wake,
                 self.config.cross_trainer_cache_size_bytes,
                 self._keys,
+                same_host=self._data.same_host_readers,
             )
             runner.thread_limit = self.config.threads
             self._runners.add(runner)
@@ -305,6 +306,8 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig, start: bool = True) -> None:
         if not isinstance(config, WorkerConfig):
             raise TypeError(f"config must be a WorkerConfig, got {config!r}")
+        if shm.enabled():  # also checks ZMQDATA_SHARED_MEMORY
+            shm.sweep()  # segments of dead processes
         protocol = config.data_transfer_protocol or config.protocol
         host = (
             ipc.bind_host(protocol, config.host)  # ipc: one socket file per worker

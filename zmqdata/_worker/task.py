@@ -20,7 +20,7 @@ from zmqdata._dataset import graph
 from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._runtime import auth, threads
+from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
@@ -31,6 +31,7 @@ from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
 
@@ -163,6 +164,7 @@ class TaskRunner:
         wake: Callable[[int], None],
         cache_bytes: int = 0,
         keys: auth.ClientKeys | None = None,
+        same_host: bool = False,
     ) -> None:
         self.task_id = task.task_id
         self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES)
@@ -171,6 +173,9 @@ class TaskRunner:
         )
         self.stats = ServeStats()
         """What the data loop served of this task (written on the data loop only)."""
+        shares = not task.cross_trainer_cache and shm.enabled()
+        self.share = TaskShare(shares, same_host)
+        """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
         self._dispatcher = dispatcher
         self._keys = keys
@@ -193,6 +198,7 @@ class TaskRunner:
                 logger.warning(
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
+        self.share.discard(self.buffer)
 
     @property
     def num_consumers(self) -> int | None:
@@ -279,6 +285,8 @@ class TaskRunner:
         if size <= INLINE_BYTES:
             item = Raw(element)
         else:
-            item = Encoded(frames.encode([element], compression_level=self._level))
+            item = self.share.encode(element) or Encoded(
+                frames.encode([element], compression_level=self._level)
+            )
         if self._sink.put(item, size, self._stop):
             self._wake(self.task_id)
