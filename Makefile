@@ -42,7 +42,9 @@ BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ARGS ?=
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]' || echo "note: no bench extra (matplotlib): plots are skipped"
+	$(PY) -m pip install --quiet -e '.[bench,peers]' || { \
+	  echo "note: no peers extra (Ray Data): bench/peers.py skips Ray"; \
+	  $(PY) -m pip install --quiet -e '.[bench]' || echo "note: no bench extra (matplotlib, Pillow): no plots, no images section"; }
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

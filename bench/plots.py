@@ -11,15 +11,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bench.common import format_bytes
+from bench.common import format_bytes, number
 
 SIZES_PNG = "bench_throughput_vs_size.png"
 SCALING_PNG = "bench_scaling_workers.png"
+PIPELINES_PNG = "bench_pipelines.png"
+PIPELINES = ("images", "text")
+SHORT_LABELS = {
+    "local": "local\nprocess",
+    "torch": "torch\nDataLoader",
+    "zmqdata": "zmqdata\ndefaults",
+    "zmqdata_none": "zmqdata\ncompression=None",
+    "ray": "Ray Data",
+}
 
 
 def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
     """The plots whose sections ran, in ``directory``; their paths."""
-    wanted = [name for name in ("sweep", "scaling") if name in results]
+    wanted = [name for name in ("sweep", "scaling", *PIPELINES) if name in results]
     if not wanted:
         return []
     try:
@@ -38,6 +47,13 @@ def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
         paths.append(_sizes(plt, results["sweep"], directory / SIZES_PNG, label))
     if "scaling" in results:
         paths.append(_scaling(plt, results["scaling"], directory / SCALING_PNG, label))
+    ran = {
+        name: results[name]
+        for name in PIPELINES
+        if name in results and "systems" in results[name]
+    }
+    if ran:
+        paths.append(_pipelines(plt, ran, directory / PIPELINES_PNG, label))
     return paths
 
 
@@ -90,6 +106,46 @@ def _scaling(plt: Any, scaling: dict[str, Any], path: Path, label: str) -> Path:
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pipelines(plt: Any, ran: dict[str, Any], path: Path, label: str) -> Path:
+    """Bars per system: elements/s (top) and trainer CPU per 1,000 (bottom),
+    one column per pipeline; whiskers span the samples."""
+    fig, axes = plt.subplots(
+        2, len(ran), figsize=(6.5 * len(ran), 7), squeeze=False, sharex="col"
+    )
+    for column, (name, result) in enumerate(ran.items()):
+        systems = {k: v for k, v in result["systems"].items() if "el_s" in v}
+        names, unit = list(systems), result["unit"]
+        colors = ["tab:blue" if n.startswith("zmqdata") else "tab:gray" for n in names]
+        for row, (key, ylabel, text) in enumerate(
+            (
+                ("el_s", f"{unit}/s", number),
+                ("cpu_s_per_1k", f"trainer CPU s / 1,000 {unit}", "{:.3f}".format),
+            )
+        ):
+            ax = axes[row][column]
+            stats = [systems[n][key] for n in names]
+            medians = [float(stat) for stat in stats]
+            spans = [
+                [float(stat) - min(stat.samples) for stat in stats],
+                [max(stat.samples) - float(stat) for stat in stats],
+            ]
+            ticks = [SHORT_LABELS.get(n, n) for n in names]
+            bars = ax.bar(ticks, medians, yerr=spans, color=colors, capsize=3)
+            ax.bar_label(bars, [text(m) for m in medians], fontsize=8)
+            ax.set_ylabel(ylabel + ", median")
+            ax.grid(True, axis="y", alpha=0.3)
+        axes[0][column].set_title(
+            f"{name}: {result['elements']:,} {unit}/epoch, batch {result['batch']},"
+            f" {result['workers']} workers, median of {result['repeats']}",
+            fontsize=10,
+        )
+    fig.suptitle(f"Real pipelines against the peers\n{label}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

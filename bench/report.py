@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench import peers
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -234,6 +235,8 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "W6": _w6,
     "scaling": _scaling,
     "memory": _memory,
+    "images": lambda r: peers.rows("images", r),
+    "text": lambda r: peers.rows("text", r),
 }
 
 
@@ -325,6 +328,8 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "cpu": ("Consumer-process CPU per element (compression=None)", _cpu_detail),
     "memory": ("Consumer-process peak RSS growth, 4 MiB elements", _memory_detail),
     "sweep": ("Throughput against element size, one worker", _sweep_detail),
+    "images": ("Images: JPEG decode and augment against the peers", peers.details),
+    "text": ("Text: tokenize and pack against the peers", peers.details),
 }
 
 

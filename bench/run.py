@@ -6,7 +6,8 @@
     python bench/run.py --w2-elements 2000000
 
 Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
-(bench/scaling.py). Each figure is the median of ``--repeats`` runs after a
+(bench/scaling.py), images and text against torch DataLoader, Ray Data and one
+local process (bench/peers.py). Each figure is the median of ``--repeats`` runs after a
 warm-up, next to baselines measured in the same run; tf.data service figures
 are ANCHORS.md constants (bench/anchors.py), labelled as such. Progress goes to
 stderr; stdout gets the sections' tables, then one markdown table to paste
@@ -35,10 +36,14 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from bench import plots, report, scaling, workloads
+from bench import peers, plots, report, scaling, workloads
 from bench.common import ROOT, Bench, Stat, busy_cores, sizes_for
 
 SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
+    # First: they count this process's CPU, before the shared cluster's
+    # in-process dispatcher starts (bench/common.py: Bench.target).
+    "images": peers.images,
+    "text": peers.text,
     "W1": workloads.w1_tiny_scalars,
     "W2": workloads.w2_batched_ints,
     "W3": workloads.w3_big_tensors,

@@ -15,6 +15,7 @@ from zmqdata_cli._common import check_exposure, load_deployment, serve
 
 from zmqdata import service
 from zmqdata._dispatcher import journal
+from zmqdata._runtime import threads as thread_pools
 from zmqdata._runtime import yaml_config
 
 _config_option = click.option(
@@ -115,6 +116,14 @@ def build_dispatcher(
     default=None,
     help="Serve Prometheus metrics on this port (0: any free) [default: none].",
 )
+@click.option(
+    "--threads",
+    default=None,
+    metavar="auto|none|N",
+    help="Threads of each native pool (BLAS, OpenMP) the pipelines use: auto "
+    "shares this host's cores among its workers, none leaves them alone "
+    "[default: auto].",
+)
 @_insecure_option
 def worker(
     config_file: str | None,
@@ -124,6 +133,7 @@ def worker(
     worker_address: str | None,
     heartbeat_interval_ms: int | None,
     metrics_port: int | None,
+    threads: str | None,
     insecure: bool,
 ) -> None:
     """Run a worker in the foreground."""
@@ -138,9 +148,11 @@ def worker(
             worker_address=worker_address,
             heartbeat_interval_ms=heartbeat_interval_ms,
             metrics_port=metrics_port,
+            threads=int(threads) if threads and threads.isdigit() else threads,
         )
         protocol = config.data_transfer_protocol or config.protocol
         check_exposure("worker", protocol, config.host, config.secured, insecure)
+        thread_pools.own_process(config.threads)
         return service.WorkerServer(config)
 
     serve("worker", build, lambda server: server.address)

@@ -2,7 +2,10 @@
 
 Runs the dispatcher in this process and ``workers:`` worker processes
 (``python -m zmqdata worker --config FILE --dispatcher <address>``; worker ``i``
-gets ``port + i`` and ``metrics_port + i`` when those are fixed), prints
+gets ``port + i`` and ``metrics_port + i`` when those are fixed; unless the
+file sets ``worker.threads`` to a number or ``none``, each worker gets
+``--threads`` its share of the usable cores, also in its thread environment
+variables from its start), prints
 ``deployment ready: ...`` on stderr once every worker process is alive and
 registered, restarts a worker that exits with exponential backoff, and on
 SIGINT/SIGTERM stops the workers, then the dispatcher, and exits 0. A worker
@@ -31,7 +34,7 @@ from zmqdata_cli._common import (
 from zmqdata_cli.daemons import build_dispatcher
 
 from zmqdata import service
-from zmqdata._runtime import yaml_config
+from zmqdata._runtime import shm, threads, yaml_config
 from zmqdata._runtime.clock import Backoff
 
 logger = logging.getLogger("zmqdata")
@@ -58,6 +61,7 @@ class _Slot:
     index: int
     command: list[str]
     max_crashes: int
+    env: dict[str, str] | None = None
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restart_at: float | None = None
@@ -66,7 +70,7 @@ class _Slot:
     """When the worker exited, since it last ran ``STABLE_AFTER_S``."""
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.command)
+        self.proc = subprocess.Popen(self.command, env=self.env)
         self.started_at = time.monotonic()
         self.restart_at = None
         logger.info("worker %d started (pid %d)", self.index, self.proc.pid)
@@ -96,6 +100,7 @@ class _Slot:
                 self.crashes = []
                 self.backoff.reset()
             return
+        shm.sweep()  # the shared-memory segments it left
         self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
         if len(self.crashes) >= self.max_crashes:
             raise click.ClickException(
@@ -143,7 +148,30 @@ def _worker_command(
         port = deployment.worker.get(key)
         if port:
             command += [f"--{key.replace('_', '-')}", str(port + index)]
+    share = worker_threads(deployment)
+    if share is not None and deployment.worker.get("threads", "auto") == "auto":
+        command += ["--threads", str(share)]
     return command
+
+
+def worker_threads(deployment: yaml_config.Deployment) -> int | None:
+    """Threads per native pool of each worker.
+
+    ``worker.threads`` if a number, else (``auto``) this host's usable cores
+    divided among the workers; None for ``none``.
+    """
+    setting = deployment.worker.get("threads", "auto")
+    return threads.share(setting, threads.usable_cores(), deployment.workers)
+
+
+def worker_env(threads_per_pool: int | None) -> dict[str, str] | None:
+    """The worker processes' environment, with the thread variables set.
+
+    Set before Python starts, so that numpy's BLAS never starts wider pools.
+    """
+    if threads_per_pool is None:
+        return None
+    return {**os.environ, **dict.fromkeys(threads.ENV_VARS, str(threads_per_pool))}
 
 
 @click.command()
@@ -176,6 +204,7 @@ def up(config_file: str, insecure: bool, max_crashes: int) -> None:
                 i,
                 _worker_command(config_file, target, deployment, i, insecure),
                 max_crashes,
+                worker_env(worker_threads(deployment)),
             )
             for i in range(deployment.workers)
         ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -26,3 +27,16 @@ def poll_for(
                 f"poll_for timed out after {timeout}s: {name} is still {value!r}"
             )
         time.sleep(interval)
+
+
+def scrape(address: str) -> dict[str, float]:
+    """The samples a Prometheus endpoint at ``address`` serves, by name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

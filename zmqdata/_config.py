@@ -79,6 +79,14 @@ def _texts(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _threads(value: Any) -> int | str:
+    if value in ("auto", "none"):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"expected 'auto', 'none' or an int >= 1, got {value!r}")
+
+
 def _target(value: Any) -> str:
     return parse_target(value, what="address")
 
@@ -213,6 +221,12 @@ class WorkerConfig:
         curve_authorized_keys_dir: Directory of the public ``.key`` files of the
             consumers allowed to read from this worker.
         dispatcher_public_key_file: The dispatcher's public ``.key`` file.
+        threads: Threads each native pool (BLAS, OpenMP, ...) of the worker's
+            pipelines may use: ``"auto"`` (default) this host's usable cores
+            (affinity, cgroup quota) divided by its live zmqdata workers,
+            ``N``, or ``"none"`` to leave the pools alone. A worker inside
+            another process limits only OpenMP, per producer thread (see
+            docs/deployment.md).
     """
 
     dispatcher_address: str
@@ -229,6 +243,7 @@ class WorkerConfig:
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
     dispatcher_public_key_file: str | None = None
+    threads: int | str = "auto"
 
     def __post_init__(self) -> None:
         _validate(
@@ -248,6 +263,7 @@ class WorkerConfig:
                 "curve_secret_key_file": _optional(_text),
                 "curve_authorized_keys_dir": _optional(_text),
                 "dispatcher_public_key_file": _optional(_text),
+                "threads": _threads,
             },
         )
         _check_curve(self, "curve_authorized_keys_dir", "dispatcher_public_key_file")

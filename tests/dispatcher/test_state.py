@@ -12,7 +12,7 @@ from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dataset.specs import decode_spec, encode_spec
-from zmqdata._dispatcher.splits import split_size
+from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, split_size
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 
@@ -495,7 +495,7 @@ def all_splits(
 ) -> list[Any]:
     splits = []
     while not (answer := get_split(state, iteration_id, repetition)).end_of_splits:
-        splits.append(answer.split)
+        splits.extend(answer.splits)
         assert len(splits) < 10_000
     return splits
 
@@ -536,7 +536,7 @@ def test_two_workers_share_the_splits_of_a_repetition(state):
             if answer.end_of_splits:
                 ended.add(task)
             else:
-                taken[task].append(answer.split)
+                taken[task].extend(answer.splits)
     assert taken[0]
     assert taken[1]
     assert covered(taken[0] + taken[1]) == list(range(20))
@@ -552,10 +552,35 @@ def test_a_retried_split_request_gets_the_same_split_again(state):
         assert reply(state, first) == answer
     later = reply(state, next_split_request(state, iteration))
     assert isinstance(later, m.GetSplitReply)
-    assert covered([answer.split, later.split]) == list(range(2))
+    assert covered([*answer.splits, *later.splits]) == list(range(2))
     stale = error(state, first)  # superseded by a later request of the task
     assert stale.code == "FAILED_PRECONDITION"
     assert covered(all_splits(state, iteration)) == list(range(2, 20))
+
+
+def test_a_request_gets_up_to_max_splits_consecutive_splits(state):
+    register_worker(state, "w:1")
+    dataset_id = register_dataset(state, RANGE_20)
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
+    request = dataclasses.replace(next_split_request(state, iteration), max_splits=8)
+    answer = reply(state, request)
+    assert answer.splits == [[i, i + 1] for i in range(8)]
+    assert reply(state, request) == answer  # a retry: the same 8, none consumed
+    rest = dataclasses.replace(next_split_request(state, iteration), max_splits=50)
+    assert covered(reply(state, rest).splits) == list(range(8, 20))  # what is left
+    assert get_split(state, iteration).end_of_splits
+
+
+@pytest.mark.parametrize("max_splits", [0, -1, MAX_SPLITS_PER_REQUEST + 1])
+def test_max_splits_out_of_range_is_refused(state, max_splits):
+    register_worker(state, "w:1")
+    dataset_id = register_dataset(state, RANGE_20)
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
+    request = next_split_request(state, iteration)
+    refused = error(state, dataclasses.replace(request, max_splits=max_splits))
+    assert refused.code == "INVALID_ARGUMENT"
+    assert str(max_splits) in refused.message
+    assert covered(all_splits(state, iteration)) == list(range(20))  # none lost
 
 
 def test_iterations_have_their_own_splits(state):

@@ -65,9 +65,16 @@ class Host:
     address: str
 
     def prefix(self, **env: str) -> list[str]:
-        """Runs a command in this namespace with ``env`` added (both exec)."""
+        """Runs a command in this namespace with ``env`` added (all exec).
+
+        The command gets a ``/dev/shm`` of its own (``ip netns exec`` gives it
+        a private mount namespace), as on a host of its own: zmqdata's
+        same-host shared memory must not join two "hosts" here.
+        """
         assignments = [f"{key}={value}" for key, value in env.items()]
-        return ["ip", "netns", "exec", self.namespace, "env", *assignments]
+        own_shm = 'mount -t tmpfs -o size=256m zd-shm /dev/shm && exec env "$@"'
+        netns = ["ip", "netns", "exec", self.namespace]
+        return [*netns, "sh", "-c", own_shm, "sh", *assignments]
 
 
 class Network:

@@ -6,8 +6,7 @@ import logging
 
 import zmq
 
-from tests.helpers import poll_for
-from tests.service.test_metrics import scrape
+from tests.helpers import poll_for, scrape
 from zmqdata import service
 
 

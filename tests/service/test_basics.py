@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, ints
-from tests.helpers import poll_for
+from tests.helpers import poll_for, scrape
 from zmqdata import errors, service
 
 
@@ -262,3 +264,26 @@ def test_with_default_settings_a_read_outlives_client_timeout(cluster, monkeypat
             deadline = time.monotonic() + 0.15  # 10 x 150 ms: ~4 client timeouts
             poll_for(lambda d=deadline: time.monotonic() >= d, interval=0.02)
     assert got == list(range(10))
+
+
+def test_cheap_file_splits_are_handed_out_in_batches_exactly_once(cluster, tmp_path):
+    """One small file per split: workers ask for several per round trip."""
+    paths = []
+    for k in range(1000):
+        path = tmp_path / f"{k}.txt"
+        path.write_text(str(k))
+        paths.append(str(path))
+    c = cluster(num_workers=2, dispatcher_options={"metrics_port": 0})
+    ds = zd.Dataset.list_files(paths, shuffle=False).map(read_number)
+    ds = ds.apply(service.distribute("distributed_epoch", c.target))
+    assert sorted(ints(ds)) == list(range(1000))
+    address = c.dispatcher.metrics_address
+    assert address is not None
+    counters = scrape(address)
+    assert counters["zmqdata_dispatcher_splits_total"] == 1000
+    # Every request counts (heartbeats too): far fewer than one per split.
+    assert counters["zmqdata_dispatcher_requests_total"] < 500
+
+
+def read_number(path: Any) -> Any:
+    return np.int64(Path(str(path)).read_text())

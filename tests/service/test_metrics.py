@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import socket
 import threading
-import urllib.request
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import zmqdata as zd
-from tests.helpers import poll_for
+from tests.helpers import poll_for, scrape
 from zmqdata import errors, service
 
 
 def worker_entry(c: Any) -> dict[str, Any]:
     [worker] = c.status()["workers"]
     return worker
-
-
-def scrape(address: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def port_is_free(port: int) -> bool:

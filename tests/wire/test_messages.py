@@ -131,8 +131,8 @@ def test_explicit_messages_round_trip():
             version="0.1.0",
         ),
         m.WorkerHeartbeat(request_id=2, worker_id=4, tasks=[[7, False], [8, True]]),
-        m.GetSplitReply(request_id=5, split=[0, 64]),
-        m.GetSplitReply(request_id=6, split="/data/file-1.txt"),
+        m.GetSplitReply(request_id=5, splits=[[0, 64], [64, 128]]),
+        m.GetSplitReply(request_id=6, splits=["/data/file-1.txt"]),
         m.GetSplitReply(request_id=7, end_of_splits=True),
         m.GetOrRegisterDataset(pipeline=b"\x00\xff" * 1000, dataset_id=None),
         m.GetOrCreateJob(dataset_id="1", processing_mode=1, job_name="train"),
@@ -158,6 +158,7 @@ def test_wire_format_is_a_versioned_map():
         "iteration_id": 3,
         "repetition": 0,
         "task_id": 0,
+        "max_splits": 1,
     }
 
 

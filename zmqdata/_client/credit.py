@@ -13,6 +13,7 @@ started yet (``NOT_FOUND``) is asked again with backoff.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
@@ -41,13 +42,31 @@ def default_credit(options: ReadOptions) -> int:
     return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
 
 
+class _Reader(threading.local):
+    """How the reader on this thread maps segments (None: it did not ask for any)."""
+
+    segments: frames.Claim | None = None
+
+
+_READER = _Reader()
+
+
+def ask_for_shared_memory(segments: frames.Claim | None) -> None:
+    """Called on a reader's thread: it asks workers for shared memory, mapped so."""
+    _READER.segments = segments
+
+
 def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
     """The elements of a data reply, and the bytes they hold once decoded.
 
     Checked as ``frames.decode_messages`` does: within the codec's limits, and
-    exactly the frames and the ``count`` elements the header lists.
+    exactly the frames and the ``count`` elements the header lists. Buffers in
+    shared memory are accepted only by a reader that asked for them (see
+    ``ask_for_shared_memory``).
     """
-    return frames.decode_messages(parts[1:], header.parts, header.count)
+    return frames.decode_messages(
+        parts[1:], header.parts, header.count, segments=_READER.segments
+    )
 
 
 def _idle(core: ReadCore, tasks: list[Task], depth: int, now: float) -> list[Task]:

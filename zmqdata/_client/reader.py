@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import queue
 import sys
@@ -32,12 +33,13 @@ from zmqdata._client.core import (
     ReadOptions,
     Timeouts,
 )
-from zmqdata._client.credit import CreditPlan
+from zmqdata._client.credit import CreditPlan, ask_for_shared_memory
 from zmqdata._client.links import Links
 from zmqdata._client.rounds import RoundPlan
+from zmqdata._client.segments import Claims
 from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
-from zmqdata._runtime import auth, clock
+from zmqdata._runtime import auth, clock, shm
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
@@ -96,6 +98,12 @@ class Fetcher(PollLoop):
             clock.now(),
         )
         self._initial = state
+        # Same host: requests name this process's presence file in /dev/shm,
+        # and workers that can open it answer with shared memory.
+        self._probe = shm.presence() if shm.enabled() else ""
+        if self._probe:
+            shm.sweep()
+        self._claims = Claims()
         self.waker = Waker()
         self.tick_s = min(0.05, settings.heartbeat_s)
 
@@ -103,6 +111,10 @@ class Fetcher(PollLoop):
 
     def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
         """Sends ``request`` without blocking; False when it could not be queued."""
+        if self._probe and not endpoint.startswith("inproc://"):
+            request = dataclasses.replace(
+                request, shm_probe=self._probe, shm_done=self._claims.take(endpoint)
+            )
         try:
             self._socket_for(endpoint).send(m.encode(request), zmq.NOBLOCK)
         except zmq.Again:
@@ -121,6 +133,7 @@ class Fetcher(PollLoop):
     # ------------------------------------------------------------ loop hooks
 
     def setup(self) -> None:
+        ask_for_shared_memory(self._claims.claim if self._probe else None)
         self._dispatcher = self.socket(zmq.DEALER)
         self._connect(self._dispatcher, self._service)
         self.watch(self.waker.fileno())
@@ -143,17 +156,22 @@ class Fetcher(PollLoop):
             self._drain(sock, self._on_dispatcher)
             self._close_unused_sockets()
         else:
+            self._claims.endpoint = self._endpoint_of(sock)
             self._drain(sock, self._core.on_worker)
         self._core.request_more(clock.now())
 
     def on_tick(self, now: float) -> None:
         self._core.tick(now)
+        self._claims.trim(now)
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
         self.to_dispatcher(m.ReleaseIterationClient(client_id=self._core.client_id))
         self.waker.close()
         self._links.close()
+        self._claims.close()
+        if self._probe:
+            shm.sweep()
 
     def _connect(self, sock: zmq.Socket[Any], endpoint: str) -> None:
         auth.secure_client(sock, self._keys)
@@ -168,6 +186,12 @@ class Fetcher(PollLoop):
             self._connect(sock, endpoint)
             self._sockets_by_endpoint[endpoint] = sock
         return sock
+
+    def _endpoint_of(self, sock: zmq.Socket[Any]) -> str:
+        for endpoint, known in self._sockets_by_endpoint.items():
+            if known is sock:
+                return endpoint
+        return ""
 
     def _close_unused_sockets(self) -> None:
         """Closes the sockets of workers no task is read from any more.

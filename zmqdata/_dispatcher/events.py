@@ -85,10 +85,10 @@ class TaskFinished:
 
 @dataclass(frozen=True, slots=True)
 class SplitProduced:
-    """Split ``index`` of ``repetition`` was handed out (DYNAMIC).
+    """``count`` splits of ``repetition``, from ``index`` on, were handed out.
 
-    It answered request ``request_id`` of task ``task_id``: the same request
-    sent again is answered with the same split.
+    (DYNAMIC.) They answered request ``request_id`` of task ``task_id``: the same request
+    sent again is answered with the same splits.
     """
 
     iteration_id: int
@@ -96,6 +96,7 @@ class SplitProduced:
     index: int
     task_id: int = 0
     request_id: int = 0
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)

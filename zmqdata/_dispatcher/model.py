@@ -84,8 +84,8 @@ class Task:
     worker_id: int
     finished: bool = False
     last_split: list[int] | None = None
-    """DYNAMIC: ``[request_id, repetition, index]`` of the last split handed
-    out, so a retried request gets the same split."""
+    """DYNAMIC: ``[request_id, repetition, index, count]`` of the last splits
+    handed out, so a retried request gets the same splits."""
 
 
 @dataclass

@@ -187,10 +187,11 @@ class ClusterRecords:
 
     def _split_produced(self, e: ev.SplitProduced) -> None:
         iteration = self.iterations[e.iteration_id]
-        iteration.split_repetition, iteration.next_split = e.repetition, e.index + 1
+        iteration.split_repetition = e.repetition
+        iteration.next_split = e.index + e.count
         task = iteration.tasks.get(e.task_id)
         if task is not None:
-            task.last_split = [e.request_id, e.repetition, e.index]
+            task.last_split = [e.request_id, e.repetition, e.index, e.count]
 
     def _schedule_changed(self, e: ev.ScheduleChanged) -> None:
         self._schedule(self.iterations[e.iteration_id], e.start_round, list(e.task_ids))

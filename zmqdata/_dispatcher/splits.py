@@ -26,6 +26,8 @@ from zmqdata.errors import FailedPreconditionError
 
 MAX_SPLIT_SIZE = 256
 SPLITS_PER_PASS = 64
+MAX_SPLITS_PER_REQUEST = 256
+"""The most splits one ``GetSplit`` may ask for."""
 
 
 def split_size(num_elements: int) -> int:
@@ -61,10 +63,11 @@ class Splits:
     def answer(
         self, iteration: model.Iteration, task: model.Task, request: m.GetSplit
     ) -> tuple[m.GetSplitReply, ev.SplitProduced | None]:
-        """The reply to ``task``'s ``request``, and the split it hands out (if any).
+        """The reply to ``task``'s ``request``, and the splits it hands out (if any).
 
-        Requests of one task are numbered: one sent again gets the split it got
-        the first time (nothing new is handed out), an older one is refused. A
+        A request gets up to ``request.max_splits`` consecutive splits. Requests
+        of one task are numbered: one sent again gets the splits it got the
+        first time (nothing new is handed out), an older one is refused. A
         later repetition starts its splits from 0; an earlier one is over, as
         is one whose splits are all handed out (``end_of_splits``).
         """
@@ -75,23 +78,29 @@ class Splits:
                     f"split request {request.request_id} of task {task.task_id} was "
                     "superseded by a later one"
                 )
-            split = self.at(last[2])
-            return m.GetSplitReply(request_id=request.request_id, split=split), None
+            index, count = last[2], last[3] if len(last) > 3 else 1
+            return self._reply(request, index, count), None
         same_repetition = request.repetition == iteration.split_repetition
         index = iteration.next_split if same_repetition else 0
-        if request.repetition < iteration.split_repetition or index >= self.count():
+        total = self.count()
+        if request.repetition < iteration.split_repetition or index >= total:
             reply = m.GetSplitReply(
                 request_id=request.request_id,
                 end_of_splits=True,
                 repetition=iteration.split_repetition,
             )
             return reply, None
+        count = min(request.max_splits, total - index)
         produced = ev.SplitProduced(
             iteration.iteration_id,
             request.repetition,
             index,
             task.task_id,
             request.request_id,
+            count,
         )
-        split = self.at(index)
-        return m.GetSplitReply(request_id=request.request_id, split=split), produced
+        return self._reply(request, index, count), produced
+
+    def _reply(self, request: m.GetSplit, index: int, count: int) -> m.GetSplitReply:
+        splits = [self.at(i) for i in range(index, index + count)]
+        return m.GetSplitReply(request_id=request.request_id, splits=splits)

@@ -36,7 +36,7 @@ from zmqdata._dataset import graph
 from zmqdata._dispatcher import checks, model, placement, replies, samples, status
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import EventSink, NoJournal
-from zmqdata._dispatcher.splits import Splits
+from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import (
@@ -282,10 +282,15 @@ class DispatcherState:
             raise NotFoundError(
                 f"task {msg.task_id} is not a task of iteration {msg.iteration_id}"
             )
+        if not 1 <= msg.max_splits <= MAX_SPLITS_PER_REQUEST:
+            raise InvalidArgumentError(
+                f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
+                f"got {msg.max_splits}"
+            )
         reply, produced = Splits.of(source).answer(iteration, task, msg)
         if produced is not None:
             self.apply(produced)
-            self.splits_total += 1
+            self.splits_total += produced.count
         return [(peer, reply)]
 
     # ------------------------------------------------------------ datasets and jobs

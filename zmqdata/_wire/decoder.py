@@ -33,7 +33,11 @@ from zmqdata._wire.schema import (
     FORMAT_VERSION,
     MAX_DEPTH,
     MAX_NDIM,
+    OFFSET_BYTES,
     SCALAR_KINDS,
+    SEGMENT_ALIGN,
+    SEGMENT_NAME,
+    SHARED,
     TYPED_COLUMNS,
     WIRE_VALUES,
     short,
@@ -42,12 +46,18 @@ from zmqdata._wire.schema import (
 from zmqdata.errors import InvalidArgumentError
 
 _Builder: TypeAlias = Callable[[Iterator[Any]], Any]
+Claim: TypeAlias = Callable[[str, int], Buffer]
+"""Maps shared-memory segment ``name``, of at least ``extent`` bytes (a reader's
+``zmqdata._runtime.shm.claim``); raises ``InvalidArgumentError``."""
 
 
 def decode_frames(
-    frames: Sequence[Buffer], limits: Limits
-) -> tuple[list[Any], dict[str, Any], int]:
-    """``(elements, meta, bytes held)`` from ``[header, *buffers]``.
+    frames: Sequence[Buffer], limits: Limits, segments: Claim | None = None
+) -> tuple[list[Any], dict[str, Any], int, int]:
+    """``(elements, meta, bytes held, of them in shared memory)`` from frames.
+
+    ``segments`` claims the shared-memory segment a header names; without it
+    (a reader that did not ask for shared memory) such a header is refused.
 
     Raises:
         InvalidArgumentError: Malformed frames, or frames over ``limits``.
@@ -70,13 +80,18 @@ def decode_frames(
         table, len(rest), limits.max_bytes - head, limits
     )
     columns, rows = _structure(header, n, nbytes, views)
-    decoder = _Decoder(_load_buffers(table, rest, limits))
+    shared = _shared_spans(header, table, rest, segments is not None)
+    buffers = _load_buffers(table, rest, limits, shared)
+    if shared:
+        assert segments is not None
+        _claim(header["s"], shared, buffers, segments)
+    decoder = _Decoder(buffers)
     if rows is None:
         elements = decoder.batch(columns, n)
     else:
         elements = [decoder.batch(row, 1)[0] for row in rows]
     decoder.check_all_used()
-    return elements, meta, nbytes
+    return elements, meta, nbytes, sum(size for _, size in shared.values())
 
 
 def _structure(
@@ -142,13 +157,81 @@ def _field(container: Mapping[str, Any] | list[Any], key: Any, kind: type) -> An
     return value
 
 
+def _shared_spans(
+    header: dict[str, Any], table: list[Any], views: list[memoryview], asked: bool
+) -> dict[int, tuple[int, int]]:
+    """``{buffer index: (offset, nbytes)}`` of the buffers in a shared segment.
+
+    Their frames hold their offsets; the spans must not overlap.
+    """
+    spans = {
+        index: nbytes for index, (codec, nbytes) in enumerate(table) if codec == SHARED
+    }
+    if not spans:
+        if "s" in header:
+            raise InvalidArgumentError("header names a segment but no buffer is in it")
+        return {}
+    if not asked:
+        raise InvalidArgumentError(
+            f"buffer {min(spans)} is in shared memory, which this reader did not"
+            " ask for"
+        )
+    name = header.get("s")
+    if type(name) is not str or not SEGMENT_NAME.fullmatch(name):
+        raise InvalidArgumentError(f"bad shared-memory segment name {short(name)}")
+    found: dict[int, tuple[int, int]] = {}
+    for index, nbytes in spans.items():
+        if views[index].nbytes != OFFSET_BYTES:
+            raise InvalidArgumentError(
+                f"buffer {index}: a shared buffer's frame holds its"
+                f" {OFFSET_BYTES}-byte offset, got {views[index].nbytes} bytes"
+            )
+        found[index] = (int.from_bytes(views[index], "little"), nbytes)
+    end = 0
+    for offset, nbytes in sorted(found.values()):
+        if offset < end:
+            raise InvalidArgumentError("shared buffers overlap in their segment")
+        end = offset + nbytes
+    # Packed as the encoder packs them: a segment maps no more than it holds.
+    room = sum(spans.values()) + SEGMENT_ALIGN * len(spans)
+    if end > room:
+        raise InvalidArgumentError(
+            f"shared buffers of {sum(spans.values())} bytes span {end} bytes"
+        )
+    return found
+
+
+def _claim(
+    name: str,
+    spans: dict[int, tuple[int, int]],
+    buffers: list[memoryview],
+    segments: Claim,
+) -> None:
+    """Maps the segment and puts the shared buffers' views in ``buffers``."""
+    extent = max(offset + nbytes for offset, nbytes in spans.values())
+    if extent == 0:
+        raise InvalidArgumentError("a shared segment of 0 bytes")
+    mapping = byte_view(segments(name, extent))
+    for index, (offset, nbytes) in spans.items():
+        buffers[index] = mapping[offset : offset + nbytes]
+
+
 def _load_buffers(
-    table: list[Any], views: list[memoryview], limits: Limits
+    table: list[Any],
+    views: list[memoryview],
+    limits: Limits,
+    shared: dict[int, tuple[int, int]],
 ) -> list[memoryview]:
-    """The buffers of the buffer table, decompressed and size-checked."""
+    """The buffers of the buffer table, decompressed and size-checked.
+
+    Shared buffers are left as their (offset) frames, for ``_claim`` to map.
+    """
     buffers = []
     cap = limits.max_decompressed
     for index, ((codec, nbytes), view) in enumerate(zip(table, views, strict=True)):
+        if index in shared:
+            buffers.append(view)
+            continue
         try:
             buffers.append(
                 byte_view(decompress(codec, view, size=nbytes, max_size=cap))

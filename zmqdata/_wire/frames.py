@@ -21,6 +21,14 @@ Frame 0 is one msgpack map::
 Frame ``i + 1`` holds buffer ``i`` of the buffer table: ``codec`` is ``None``
 or ``"zstd"`` and ``nbytes`` is its size once decompressed.
 
+Same host, a reader that asked for it: ``codec`` may be ``"shm"``: the buffer
+is in the shared-memory segment the header names (``"s": name``, a file in
+``/dev/shm``) and its frame holds its 8-byte little-endian offset there
+(buffers packed in table order at 64-byte alignment, no overlap). The reader
+maps the segment (``decode``'s ``segments``, e.g. ``_runtime.shm.claim``,
+which checks the file's size before mapping); without
+``segments`` such frames are refused.
+
 A SPEC describes a batch of ``k`` elements that share one structure: ``"c"``
 (columnar) has one SPEC for all ``n`` elements, ``"r"`` (rows) one SPEC per
 element, with ``k = 1``. Each leaf of a SPEC holds the column of the ``k``
@@ -76,26 +84,38 @@ views of the original arrays.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import msgpack
 
 from zmqdata._wire.codec import Buffer, byte_view, validate_level
-from zmqdata._wire.decoder import decode_frames
+from zmqdata._wire.decoder import Claim, decode_frames
 from zmqdata._wire.encoder import Encoder
 from zmqdata._wire.limits import DEFAULT_LIMITS, Limits
-from zmqdata._wire.schema import FORMAT_VERSION, pack_bigint, short
+from zmqdata._wire.schema import (
+    FORMAT_VERSION,
+    OFFSET_BYTES,
+    SEGMENT_ALIGN,
+    SHARED,
+    pack_bigint,
+    short,
+)
 from zmqdata.errors import InvalidArgumentError
 
 __all__ = [
     "DEFAULT_LIMITS",
     "FORMAT_VERSION",
+    "Claim",
     "Limits",
+    "SharedFrames",
+    "Store",
     "decode",
     "decode_messages",
     "decode_sized",
     "encode",
+    "encode_shared",
 ]
 
 
@@ -129,23 +149,102 @@ def encode(
     """
     if compression_level is not None:
         validate_level(compression_level)
+    header, buffers = _encode(elements, compression_level, meta)
+    return [_pack(header), *buffers]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedFrames:
+    """A batch whose out-of-header buffers were written to a shared segment.
+
+    Attributes:
+        segment: The segment's name.
+        described: The frames for a reader that asked for shared memory: the
+            header naming the segment, then each buffer's offset in it.
+        inband_header: The header of the same batch sent with its buffers
+            (for a reader that did not ask), which are ``spans`` of the segment.
+        spans: ``(offset, nbytes)`` of each buffer in the segment.
+    """
+
+    segment: str
+    described: list[bytes]
+    inband_header: bytes
+    spans: list[tuple[int, int]]
+
+
+Store: TypeAlias = Callable[[int, list[tuple[int, memoryview]]], "str | None"]
+"""Writes ``[(offset, bytes), ...]`` to a new segment of the given size and names
+it, or returns None (no room): ``zmqdata._runtime.shm.store``."""
+
+
+def encode_shared(
+    elements: Sequence[Any], store: Store
+) -> SharedFrames | list[bytes | memoryview]:
+    """Encodes like :func:`encode` (uncompressed), its buffers into a shared segment.
+
+    Returns:
+        A :class:`SharedFrames`; or :func:`encode`'s frames when no buffer
+        needs a frame of its own or ``store`` had no room.
+
+    >>> import numpy as np
+    >>> kept = {}
+    >>> def store(size, parts):
+    ...     kept["seg"] = bytearray(size)
+    ...     for offset, data in parts:
+    ...         kept["seg"][offset : offset + data.nbytes] = data
+    ...     return "zmqdata-1-" + "0" * 32 + "-0"
+    >>> shared = encode_shared([np.arange(20_000)], store)
+    >>> decode(shared.described, segments=lambda name, extent: kept["seg"])[0][0][-1]
+    np.int64(19999)
+    """
+    header, buffers = _encode(elements, None, None)
+    if not buffers:
+        return [_pack(header)]
+    spans: list[tuple[int, int]] = []
+    end = 0
+    for buffer in buffers:
+        offset = -(-end // SEGMENT_ALIGN) * SEGMENT_ALIGN
+        spans.append((offset, byte_view(buffer).nbytes))
+        end = offset + spans[-1][1]
+    views = [byte_view(buffer) for buffer in buffers]
+    parts = [(offset, view) for (offset, _), view in zip(spans, views, strict=True)]
+    name = store(end, parts)
+    if name is None:
+        return [_pack(header), *buffers]
+    inband = _pack(header)
+    header["s"] = name
+    header["b"] = [[SHARED, nbytes] for _, nbytes in spans]
+    offsets = [offset.to_bytes(OFFSET_BYTES, "little") for offset, _ in spans]
+    return SharedFrames(name, [_pack(header), *offsets], inband, spans)
+
+
+def _encode(
+    elements: Sequence[Any], level: int | None, meta: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[bytes | memoryview]]:
+    """The header map and the buffers of a batch."""
     if meta is not None and not isinstance(meta, Mapping):
         raise InvalidArgumentError(f"meta must be a mapping, got {type(meta).__name__}")
     items = list(elements)
-    encoder = Encoder(compression_level)
+    encoder = Encoder(level)
     header: dict[str, Any] = {"v": FORMAT_VERSION, "n": len(items)}
     header["m"] = dict(meta or {})
     header.update(encoder.structure(items))
     header["b"] = encoder.table
+    return header, encoder.frames
+
+
+def _pack(header: dict[str, Any]) -> bytes:
     try:
-        packed = msgpack.packb(header, default=pack_bigint)
+        packed: bytes = msgpack.packb(header, default=pack_bigint)
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"meta cannot be serialised: {error}") from error
-    return [packed, *encoder.frames]
+    return packed
 
 
 def decode(
-    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+    frames: Sequence[Buffer],
+    limits: Limits = DEFAULT_LIMITS,
+    segments: Claim | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Decodes the frames :func:`encode` made back into ``(elements, meta)``.
 
@@ -156,6 +255,8 @@ def decode(
         frames: The header then the buffers: bytes-like objects or
             ``zmq.Frame`` objects.
         limits: What the decoded message may hold (see :class:`Limits`).
+        segments: How to map a shared-memory segment the header names
+            (``zmqdata._runtime.shm.claim``); None refuses such frames.
 
     Returns:
         The elements, and the ``meta`` given to :func:`encode`.
@@ -170,12 +271,14 @@ def decode(
     >>> decode(encode([{"x": 1}], meta={"eos": False}))
     ([{'x': 1}], {'eos': False})
     """
-    elements, meta, _ = decode_sized(frames, limits)
+    elements, meta, _ = decode_sized(frames, limits, segments)
     return elements, meta
 
 
 def decode_sized(
-    frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS
+    frames: Sequence[Buffer],
+    limits: Limits = DEFAULT_LIMITS,
+    segments: Claim | None = None,
 ) -> tuple[list[Any], dict[str, Any], int]:
     """Like :func:`decode`, plus the bytes the decoded batch holds in memory.
 
@@ -188,8 +291,16 @@ def decode_sized(
     >>> sum(len(f) for f in frames) < 1_000, decode_sized(frames)[2] > 100_000
     (True, True)
     """
+    elements, meta, held, _ = _decode(frames, limits, segments)
+    return elements, meta, held
+
+
+def _decode(
+    frames: Sequence[Buffer], limits: Limits, segments: Claim | None
+) -> tuple[list[Any], dict[str, Any], int, int]:
+    """:func:`decode_frames`, any error an ``InvalidArgumentError``."""
     try:
-        return decode_frames(frames, limits)
+        return decode_frames(frames, limits, segments)
     except InvalidArgumentError:
         raise
     # A safety net: validation above should leave no other error, but decode
@@ -205,6 +316,7 @@ def decode_messages(
     sizes: Sequence[int],
     count: int,
     limits: Limits = DEFAULT_LIMITS,
+    segments: Claim | None = None,
 ) -> tuple[list[Any], int]:
     """Decodes several messages sent back to back, as a peer says it sent them.
 
@@ -213,6 +325,7 @@ def decode_messages(
         sizes: The frame count of each message (a peer's claim, checked).
         count: The total element count the peer claims (checked).
         limits: What all the messages together may hold.
+        segments: As for :func:`decode`.
 
     Returns:
         The elements of all messages, and the bytes they hold (as
@@ -236,13 +349,14 @@ def decode_messages(
     for index, size in enumerate(sizes):
         group = frames[start : start + size]
         try:
-            decoded, _, held = decode_sized(group, limits)
+            decoded, _, held, shared = _decode(group, limits, segments)
         except InvalidArgumentError as error:
             raise InvalidArgumentError(
                 f"message {index} of {len(sizes)}: {error}"
             ) from None
         elements.extend(decoded)
-        expanded = held - sum(byte_view(frame).nbytes for frame in group)
+        received = sum(byte_view(frame).nbytes for frame in group)
+        expanded = held - shared - received
         limits = limits.spend(held, expanded)  # what the messages left may hold
         nbytes, start = nbytes + held, start + size
     if len(elements) != count:

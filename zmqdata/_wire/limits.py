@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from zmqdata._wire.schema import CONTAINERS, MAX_DEPTH
+from zmqdata._wire.schema import CONTAINERS, MAX_DEPTH, SHARED
 from zmqdata.errors import InvalidArgumentError
 
 OBJECTS_PER_BYTE: Final = 4
@@ -68,7 +68,9 @@ def check_buffer_table(table: list[Any], frames: int, room: int, limits: Limits)
         limits: The caps.
 
     Returns:
-        The bytes the buffers will hold once decompressed.
+        The bytes the buffers will hold once decompressed (shared-memory
+        buffers included: the reader holds them too, though none are
+        decompressed).
     """
     if len(table) != frames:
         raise InvalidArgumentError(
@@ -78,7 +80,7 @@ def check_buffer_table(table: list[Any], frames: int, room: int, limits: Limits)
     for index, entry in enumerate(table):
         codec, nbytes = _table_entry(index, entry)
         total += nbytes
-        if codec is not None:
+        if codec is not None and codec != SHARED:
             expanded += nbytes
     if expanded > limits.max_decompressed:
         raise InvalidArgumentError(

@@ -131,10 +131,10 @@ class ProcessTask(Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetSplit(Message):
-    """A DYNAMIC task asks for its next split of ``repetition``.
+    """A DYNAMIC task asks for its next splits of ``repetition``.
 
     Idempotent: ``request_id`` counts the task's split requests, and a request
-    sent again (a retry after a stall or a dispatcher restart) gets the split
+    sent again (a retry after a stall or a dispatcher restart) gets the splits
     it was given the first time.
     """
 
@@ -142,12 +142,16 @@ class GetSplit(Message):
     iteration_id: int
     repetition: int
     task_id: int = 0
+    max_splits: int = 1
+    """At most this many consecutive splits (cheap splits, such as one file
+    each, are asked for several at a time: one round trip, not one each)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetSplitReply(Message):
     TYPE: ClassVar[str] = "get_split_reply"
-    split: Any = None
+    splits: list[Any] = field(default_factory=list)
+    """One or more consecutive splits (none with ``end_of_splits``)."""
     end_of_splits: bool = False
     repetition: int = 0
     """The repetition the dispatcher is handing out splits of now."""
@@ -293,6 +297,11 @@ class GetElements(Message):
     """Cross-trainer cache: whose read position to serve from."""
     ticket: bytes = b""
     """CurveZMQ: the task's read ticket from ``IterationState`` (see auth.read_ticket)."""
+    shm_probe: str = ""
+    """Same-host reads: the consumer's presence file in /dev/shm; a worker that
+    can open it may answer with shared-memory segments (``_runtime/shm.py``)."""
+    shm_done: list[str] = field(default_factory=list)
+    """Segments this worker sent that the consumer has dropped: unlink them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,7 @@ True
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -32,6 +33,14 @@ BIGINT_EXT: Final = 1
 """The msgpack extension type of ints outside 64 bits."""
 CONTAINERS: Final = ("T", "L", "D")
 """The SPEC tags of tuples, lists and dicts; every other tag is a leaf."""
+SHARED: Final = "shm"
+"""The buffer-table codec of a buffer in a shared-memory segment (same host)."""
+SEGMENT_NAME: Final = re.compile(r"zmqdata-[0-9]{1,10}-[0-9a-f]{32}-[0-9]{1,20}")
+"""What a segment name must fully match: a file name directly in /dev/shm."""
+SEGMENT_ALIGN: Final = 64
+"""Buffers start at multiples of this in a segment."""
+OFFSET_BYTES: Final = 8
+"""A shared buffer's frame: its offset in the segment, little-endian."""
 ARRAY_KINDS: Final = frozenset("biufcSUmM")
 SCALAR_KINDS: Final = frozenset("biufcmM")
 

@@ -29,6 +29,7 @@ from zmqdata._worker.buffer import Encoded, Raw
 from zmqdata._worker.linkrate import PeerLinks
 from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
+from zmqdata._worker.shared import SharedServing
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import ZmqDataError
 
@@ -95,10 +96,16 @@ class DataLoop(PollLoop):
         self._parked: ParkedRequests[Request] = ParkedRequests()
         self._rounds: dict[int, RoundRobin] = {}
         self._bad_input = RateLimitedLog(logger)
+        self._shared = SharedServing()
         self.endpoint = self.inproc_endpoint = ""
         self.stats = ServeStats()
         """Everything this loop served (written on the loop thread only)."""
         self._links = PeerLinks()
+
+    @property
+    def same_host_readers(self) -> bool:
+        """Whether the last reader could read shared memory (new tasks start so)."""
+        return self._shared.last_same_host
 
     def setup(self) -> None:
         primary = self.socket(zmq.ROUTER)
@@ -121,6 +128,7 @@ class DataLoop(PollLoop):
 
     def teardown(self) -> None:
         auth.release(self._keys)
+        self._shared.close()
 
     def on_readable(self, sock: Any) -> None:
         if isinstance(sock, int):
@@ -137,6 +145,7 @@ class DataLoop(PollLoop):
             self._on_request(sock, received, user)
 
     def on_tick(self, now: float) -> None:
+        self._shared.expire(now, {r.task_id for r in self._runners.snapshot()})
         for task_id in self._parked.task_ids():
             self._serve_parked(task_id)
         for task_id in list(self._rounds):
@@ -180,6 +189,8 @@ class DataLoop(PollLoop):
             self.stats.failed()
             sock.send_multipart([peer, m.encode(error_reply)])
             return
+        runner = self._runners.get(request.task_id)
+        self._shared.note(None if runner is None else runner.share, request)
         if request.rounds:
             self._add_round_request((sock, peer, request))
         elif not self._serve_in_turn((sock, peer, request)):
@@ -302,7 +313,7 @@ class DataLoop(PollLoop):
                 if raw:
                     groups.append(frames.encode(raw))
                     raw = []
-                groups.append(item.frames)
+                groups.append(self._shared.frames_for(item, message))
             if raw:
                 groups.append(frames.encode(raw))
         except ZmqDataError as error:

@@ -16,7 +16,7 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import WorkerConfig
-from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach
+from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach, shm, threads
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
@@ -209,7 +209,9 @@ class _ControlLoop(PollLoop):
                 self._data.waker.wake,
                 self.config.cross_trainer_cache_size_bytes,
                 self._keys,
+                same_host=self._data.same_host_readers,
             )
+            runner.thread_limit = self.config.threads
             self._runners.add(runner)
             runner.start()
             logger.debug("task %d started", runner.task_id)
@@ -304,6 +306,8 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig, start: bool = True) -> None:
         if not isinstance(config, WorkerConfig):
             raise TypeError(f"config must be a WorkerConfig, got {config!r}")
+        if shm.enabled():  # also checks ZMQDATA_SHARED_MEMORY
+            shm.sweep()  # segments of dead processes
         protocol = config.data_transfer_protocol or config.protocol
         host = (
             ipc.bind_host(protocol, config.host)  # ipc: one socket file per worker
@@ -372,6 +376,7 @@ class WorkerServer:
         if not self._counted:  # target_workers="LOCAL" reads check for one
             self._counted = True
             LOCAL_WORKERS.started()
+            self._seat = threads.Seat()  # counted by "auto" thread shares
 
     def _advertise(self) -> None:
         control = self._control
@@ -402,6 +407,7 @@ class WorkerServer:
         self._stopped = True
         if self._counted:
             LOCAL_WORKERS.stopped()
+            self._seat.release()
         if self._metrics is not None:
             self._metrics.stop()
         self._control.stop()

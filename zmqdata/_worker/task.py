@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,7 @@ from zmqdata._dataset import graph
 from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._runtime import auth
+from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
@@ -29,6 +31,8 @@ from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
+from zmqdata._worker.shared import TaskShare
+from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
 
 logger = logging.getLogger(__name__)
@@ -43,8 +47,10 @@ EMPTY_BACKOFF_MAX_S = 0.5
 class RemoteSplitProvider(SplitProvider):
     """Asks the dispatcher for the splits of one iteration, one repetition at a time.
 
+    Cheap splits are asked for several at a time (``SplitBatch`` sizes the
+    requests from their round trip and how fast the splits are used up).
     Requests are numbered; one that gets no answer in time is sent again with
-    the same number, and the dispatcher answers it with the split it handed
+    the same number, and the dispatcher answers it with the splits it handed
     out the first time (so a stalled or restarted dispatcher loses none).
 
     Under an endless ``repeat`` a worker whose repetitions come up empty because
@@ -71,6 +77,8 @@ class RemoteSplitProvider(SplitProvider):
         self._repetition = 0
         self._request_id = 0
         self._sock: zmq.Socket[Any] | None = None
+        self._splits: deque[Split] = deque()
+        self._batch = SplitBatch()
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
@@ -84,12 +92,21 @@ class RemoteSplitProvider(SplitProvider):
         return self._sock
 
     def next_split(self) -> Split | None:
+        if not self._splits:
+            self._fetch()
+        if not self._splits:
+            return None
+        return self._splits.popleft()
+
+    def _fetch(self) -> None:
+        """Asks for the next splits: as many as the batch size says."""
         self._request_id += 1
         request = m.GetSplit(
             request_id=self._request_id,
             iteration_id=self._iteration_id,
             repetition=self._repetition,
             task_id=self._task_id,
+            max_splits=self._batch.size(time.monotonic()),
         )
         reply = self._call(request)
         if isinstance(reply, m.Error):
@@ -97,9 +114,10 @@ class RemoteSplitProvider(SplitProvider):
         assert isinstance(reply, m.GetSplitReply)
         if reply.end_of_splits:
             self._behind = reply.repetition > self._repetition
-            return None
+            return
         self._got_split = True
-        return reply.split
+        self._splits.extend(reply.splits)
+        self._batch.fetched(len(reply.splits), time.monotonic())
 
     def _call(self, request: m.GetSplit) -> m.Message:
         # Every worker asks again after a dispatcher restart: jittered delays.
@@ -134,6 +152,9 @@ class RemoteSplitProvider(SplitProvider):
 class TaskRunner:
     """One task: its pipeline, its producer thread and its output buffer."""
 
+    thread_limit: threads.Setting = "none"
+    """Its native thread pools' limit (``WorkerConfig.threads``), set before start."""
+
     def __init__(
         self,
         task: TaskDef,
@@ -143,6 +164,7 @@ class TaskRunner:
         wake: Callable[[int], None],
         cache_bytes: int = 0,
         keys: auth.ClientKeys | None = None,
+        same_host: bool = False,
     ) -> None:
         self.task_id = task.task_id
         self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES)
@@ -151,6 +173,9 @@ class TaskRunner:
         )
         self.stats = ServeStats()
         """What the data loop served of this task (written on the data loop only)."""
+        shares = not task.cross_trainer_cache and shm.enabled()
+        self.share = TaskShare(shares, same_host)
+        """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
         self._dispatcher = dispatcher
         self._keys = keys
@@ -174,6 +199,7 @@ class TaskRunner:
                 logger.warning(
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
+        self.share.discard(self.buffer)
 
     @property
     def num_consumers(self) -> int | None:
@@ -216,6 +242,7 @@ class TaskRunner:
         try:
             task = self._task
             root = graph.deserialize(task.pipeline)
+            threads.limit_producer(self.thread_limit)
             ctx = IterContext()
             if task.processing_mode == ShardingPolicy.DYNAMIC:
                 provider = RemoteSplitProvider(
@@ -257,9 +284,13 @@ class TaskRunner:
     def _put(self, element: Any) -> None:
         element, size = retained.compact(element)
         large = size > INLINE_BYTES
-        item = (
-            Encoded(self.compression.encode(element, size)) if large else Raw(element)
-        )
+        item: Raw | Encoded
+        if not large:
+            item = Raw(element)
+        else:  # shared memory is never compressed
+            item = self.share.encode(element) or Encoded(
+                self.compression.encode(element, size)
+            )
         if self._sink.put(item, size, self._stop):
             self._wake(self.task_id)
         if large:

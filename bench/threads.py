@@ -1,0 +1,131 @@
+"""Native thread pools: a numpy-heavy map on 1 and 2 ``zmqdata worker`` processes.
+
+Each element runs 200 matmuls of 128x128 float32 (~7 ms on one core). Workers
+are started as users start them (``python -m zmqdata worker``) with none of the
+thread environment variables set, once with the default ``--threads auto``
+and once with ``--threads none`` (the pools as wide as the machine: the
+behaviour before workers limited them); one worker with ``--threads 1`` as a
+reference. A section for bench/run.py::
+
+    SECTIONS["threads"] = threads.numpy_workers
+
+or on its own: ``python bench/threads.py [--quick] [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+import zmqdata as zd
+from bench.common import (
+    Bench,
+    Stat,
+    distributed,
+    drain,
+    per_second,
+    sizes_for,
+    stop_processes,
+    subprocess_env,
+)
+from zmqdata import service
+from zmqdata._runtime.threads import ENV_VARS
+
+MATMULS, SIDE = 200, 128
+
+
+def matmuls(index: Any) -> np.ndarray[Any, Any]:
+    """``MATMULS`` products of ``SIDE`` x ``SIDE`` float32 matrices; a 4-byte result."""
+    rng = np.random.default_rng(int(index))
+    a = rng.standard_normal((SIDE, SIDE), dtype=np.float32)
+    b = rng.standard_normal((SIDE, SIDE), dtype=np.float32) / SIDE
+    for _ in range(MATMULS):
+        a = a @ b
+    return np.float32(a[0, 0])
+
+
+@contextmanager
+def cli_workers(num_workers: int, threads: str | None) -> Iterator[str]:
+    """An in-process dispatcher and ``num_workers`` ``zmqdata worker`` processes
+    (``--threads`` given only if ``threads``); the dispatcher's target."""
+    dispatcher = service.DispatchServer()
+    env = {k: v for k, v in subprocess_env().items() if k not in ENV_VARS}
+    command = [sys.executable, "-m", "zmqdata", "worker"]
+    command += ["--dispatcher", dispatcher.target]
+    command += ["--threads", threads] if threads else []
+    procs = [
+        subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        for _ in range(num_workers)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while len(service.get_status(dispatcher.target)["workers"]) < num_workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not register within 60 s")
+            time.sleep(0.05)
+        yield dispatcher.target
+    finally:
+        stop_processes(procs)
+        dispatcher.stop()
+
+
+def el_s(bench: Bench, workers: int, threads: str | None, elements: int) -> Stat:
+    """Elements/s of the map over ``distributed_epoch`` on fresh workers."""
+    dataset = zd.Dataset.range(elements).map(matmuls)
+    with cli_workers(workers, threads) as target:
+        remote = distributed(dataset, target, processing_mode="distributed_epoch")
+        return bench.measure(per_second(elements, lambda: drain(remote, elements)))
+
+
+def numpy_workers(bench: Bench) -> dict[str, Any]:
+    """1 vs 2 worker processes, pools limited (default) and not ("none")."""
+    elements = 60 if bench.quick else 400
+    results: dict[str, Any] = {"elements": elements, "matmuls": MATMULS}
+    for label, threads in (("auto", None), ("none", "none")):
+        # Unlimited pools on two workers run ~10x slower: fewer elements.
+        one = el_s(bench, 1, threads, elements)
+        two = el_s(bench, 2, threads, elements // (4 if threads else 1))
+        results[label] = {"1": one, "2": two, "speedup": two / one}
+    # Context: a lone worker held to one thread (what each of two gets).
+    results["1 thread"] = {"1": el_s(bench, 1, "1", elements)}
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args()
+    bench = Bench(sizes_for(args.quick), args.repeats or (2 if args.quick else 5))
+    try:
+        results = numpy_workers(bench)
+    finally:
+        bench.close()
+    print("| threads | 1 worker el/s | 2 workers el/s | 2 vs 1 |")
+    print("|---|---|---|---|")
+    for label in ("auto", "none"):
+        row = results[label]
+        print(f"| {label} | {row['1']:.1f} | {row['2']:.1f} | {row['speedup']:.2f}x |")
+    samples = {
+        label: {n: list(results[label][n].samples) for n in ("1", "2")}
+        for label in ("auto", "none")
+    }
+    one_thread = results["1 thread"]["1"]
+    print(f"| 1 (reference) | {one_thread:.1f} | | |")
+    samples["1 thread"] = {"1": list(one_thread.samples)}
+    print(json.dumps(samples), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

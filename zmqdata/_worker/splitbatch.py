@@ -1,0 +1,51 @@
+"""``SplitBatch``: how many splits a DYNAMIC task asks the dispatcher for at once.
+
+A split may be cheap (one small file) or expensive (256 elements of a heavy
+map). Asking for one at a time costs a dispatcher round trip per split, which
+for cheap splits is as long as the work itself; asking for many at a time
+leaves other workers idle at the end of an epoch. So the batch is sized from
+what is measured: enough splits that a round trip costs at most
+``1 / ROUND_TRIPS_PER_BATCH`` of the time they take to process, growing at most
+twofold per request, never above ``MAX_BATCH``. Pure logic (times are given).
+
+>>> batch = SplitBatch()
+>>> batch.size(now=0.0)          # nothing measured yet: one split
+1
+>>> batch.fetched(1, now=0.001)  # a 1 ms round trip
+>>> batch.size(now=0.0015)       # that split took 0.5 ms: ask for more
+2
+"""
+
+from __future__ import annotations
+
+import math
+
+ROUND_TRIPS_PER_BATCH = 20
+MAX_BATCH = 64
+
+
+class SplitBatch:
+    """Sizes a task's split requests from their round trip and processing times."""
+
+    def __init__(self) -> None:
+        self._size = 1
+        self._asked_at: float | None = None
+        self._fetched_at: float | None = None
+        self._count = 0
+        self._rtt_s = 0.0
+
+    def size(self, now: float) -> int:
+        """How many splits to ask for now (the previous ones are all taken)."""
+        if self._fetched_at is not None and self._count:
+            per_split = max(now - self._fetched_at, 1e-6) / self._count
+            # (less a hair, so float noise on an exact ratio does not round up)
+            wanted = math.ceil(ROUND_TRIPS_PER_BATCH * self._rtt_s / per_split - 1e-6)
+            self._size = max(1, min(wanted, 2 * self._size, MAX_BATCH))
+        self._asked_at = now
+        return self._size
+
+    def fetched(self, count: int, now: float) -> None:
+        """``count`` splits arrived at ``now`` in answer to the last request."""
+        if self._asked_at is not None:
+            self._rtt_s = now - self._asked_at
+        self._fetched_at, self._count = now, count
