@@ -12,7 +12,8 @@ then counted for ``--seconds``: elements/s in steady state (the warm-up covers
 the task's first measurements and the buffer of elements it encoded before
 deciding; loopback warms up for 1 s, as nothing there waits on a decision). Passes alternate between None and AUTO; figures are medians.
 
-Links: ``loopback`` (worker and trainer on 127.0.0.1), and ``slow``: the
+Links: ``loopback`` (worker and trainer on 127.0.0.1, over tcp: same-host
+shared memory, which never compresses, is turned off), and ``slow``: the
 worker in one network namespace sending to the trainer in another over a veth
 pair that ``tc`` (tbf) limits to ``--rate`` (needs root, ``ip`` and ``tc``;
 the namespaces are removed afterwards, also on failure).
@@ -177,7 +178,7 @@ def run_link(
     link = _loopback() if name == "loopback" else _slow(rate)
     if name == "loopback":
         warmup_s = min(warmup_s, 1.0)
-    env = subprocess_env()
+    env = {**subprocess_env(), "ZMQDATA_SHARED_MEMORY": "0"}  # the tcp path
     with link as (worker_prefix, trainer_prefix, worker_host, trainer_host):
         trainer = subprocess.Popen(
             [*trainer_prefix, sys.executable, "-m", "bench.link", "--drive", trainer_host,

@@ -27,7 +27,8 @@ def zeros(i: Any) -> np.ndarray[Any, Any]:
 
 
 @pytest.mark.timeout(60)
-def test_auto_over_loopback_sends_raw_bytes(cluster) -> None:
+def test_auto_over_loopback_sends_raw_bytes(cluster, monkeypatch) -> None:
+    monkeypatch.setenv("ZMQDATA_SHARED_MEMORY", "0")  # the tcp path, not same-host
     c = cluster(num_workers=1)
     ds = zd.Dataset.range(COUNT).map(zeros)
     ds = ds.apply(
