@@ -15,6 +15,7 @@ from zmqdata._runtime.tcpinfo import TcpInfo
 from zmqdata._worker.linkrate import (
     BUSY_FLOOR_S,
     FORGET_AFTER_S,
+    MAX_PEERS,
     MAX_WINDOW_S,
     LinkMeter,
     PeerLinks,
@@ -131,3 +132,10 @@ def test_tcp_info_of_what_is_not_a_tcp_connection_is_none() -> None:
         left.send(b"x")  # still open: read() only borrowed it
         assert right.recv(1) == b"x"
     assert tcpinfo.parse(bytes(100)) is None
+
+
+def test_peer_links_remember_a_bounded_number_of_peers() -> None:
+    links = PeerLinks(read=lambda fd: TcpInfo(0, 0), clock=lambda: 0.0)
+    for i in range(MAX_PEERS * 3):
+        links.heard(i.to_bytes(4, "big"), i % 100)
+    assert len(links._peers) <= MAX_PEERS

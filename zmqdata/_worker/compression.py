@@ -105,11 +105,6 @@ class CompressionPolicy:
         self._next_probe = float("-inf")
         self.compressed_elements = 0
 
-    def disable(self) -> None:
-        """Never compress again (e.g. readers on shared memory, no link to save)."""
-        with self._lock:
-            self._enabled = self.compressing = False
-
     def produced(self, nbytes: int, seconds: float) -> None:
         """The pipeline made ``nbytes`` raw bytes in ``seconds`` of its own time."""
         with self._lock:
@@ -223,10 +218,6 @@ class TaskCompression:
     def resume(self) -> None:
         """The producer goes back to its pipeline (the element is queued)."""
         self._since = self._clock()
-
-    def disable(self) -> None:
-        """Never compress again (readers on shared memory); any thread."""
-        self.policy.disable()
 
     def link(self, key: Hashable, rate: float | None) -> None:
         """A reader's link rate (see ``CompressionPolicy.link``); any thread."""

@@ -34,6 +34,8 @@ BUSY_FLOOR_S: Final = 0.02
 MAX_WINDOW_S: Final = 1.0
 READ_EVERY_S: Final = 0.05
 FORGET_AFTER_S: Final = 30.0
+MAX_PEERS: Final = 4096
+"""Peers remembered at most (more: all are forgotten, and measured again)."""
 SMOOTHING: Final = 0.5
 """Weight of a new window in the EWMA."""
 
@@ -92,6 +94,8 @@ class PeerLinks:
 
     def heard(self, peer: bytes, fd: int) -> None:
         """``peer``'s request came on connection ``fd`` (-1: not known)."""
+        if peer not in self._peers and len(self._peers) >= MAX_PEERS:
+            self._peers.clear()  # a flood of identities allocates no more
         self._peers[peer] = (fd, self._clock())
 
     def rate(self, peer: bytes) -> float | None:
