@@ -289,11 +289,32 @@ def recv_from(sock: zmq.Socket[Any], secured: bool) -> tuple[list[bytes], str | 
     if not secured:
         return sock.recv_multipart(zmq.NOBLOCK), None
     parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+    return [part.bytes for part in parts], _user(parts[-1])
+
+
+def recv_with_fd(
+    sock: zmq.Socket[Any], secured: bool
+) -> tuple[list[bytes], str | None, int]:
+    """Like ``recv_from``, plus the fd of the connection the message came on.
+
+    The fd (ZeroMQ's, to read ``TCP_INFO`` from, never to close) is -1 where
+    there is none (``inproc://``).
+    """
+    parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
     try:
-        user = parts[-1].get("User-Id")
-    except zmq.ZMQError:  # no handshake, no User-Id
-        return [part.bytes for part in parts], None
-    return [part.bytes for part in parts], str(user)
+        fd = int(parts[-1].get(zmq.SRCFD))
+    except zmq.ZMQError:
+        fd = -1
+    user = _user(parts[-1]) if secured else None
+    return [part.bytes for part in parts], user, fd
+
+
+def _user(frame: zmq.Frame) -> str | None:
+    """The CURVE User-Id of ``frame``'s sender (None: no handshake)."""
+    try:
+        return str(frame.get("User-Id"))
+    except zmq.ZMQError:
+        return None
 
 
 def read_ticket(secret: bytes, task_id: int, user: str) -> bytes:

@@ -26,6 +26,7 @@ from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._worker import serving
 from zmqdata._worker.buffer import Encoded, Raw
+from zmqdata._worker.linkrate import PeerLinks
 from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
 from zmqdata._worker.shared import SharedServing
@@ -99,6 +100,7 @@ class DataLoop(PollLoop):
         self.endpoint = self.inproc_endpoint = ""
         self.stats = ServeStats()
         """Everything this loop served (written on the loop thread only)."""
+        self._links = PeerLinks()
 
     @property
     def same_host_readers(self) -> bool:
@@ -136,9 +138,10 @@ class DataLoop(PollLoop):
             return
         for _ in range(MAX_BATCH):
             try:
-                received, user = auth.recv_from(sock, self._keys is not None)
+                received, user, fd = auth.recv_with_fd(sock, self._keys is not None)
             except zmq.Again:
                 return
+            self._links.heard(received[0], fd)
             self._on_request(sock, received, user)
 
     def on_tick(self, now: float) -> None:
@@ -147,6 +150,7 @@ class DataLoop(PollLoop):
             self._serve_parked(task_id)
         for task_id in list(self._rounds):
             self._release_rounds(task_id)
+        self._links.prune()
 
     def _on_request(
         self, sock: zmq.Socket[Any], received: list[bytes], user: str | None
@@ -335,6 +339,7 @@ class DataLoop(PollLoop):
         self.stats.served(len(items), nbytes)
         runner.stats.served(len(items), nbytes)
         sock.send_multipart(parts, copy=False)
+        runner.compression.link(peer, self._links.rate(peer))
 
     def _reply_error(self, request: Request, code: str, text: str) -> None:
         sock, peer, message = request

@@ -24,13 +24,13 @@ from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
-from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.compression import TaskCompression
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -179,7 +179,8 @@ class TaskRunner:
         self._task = task
         self._dispatcher = dispatcher
         self._keys = keys
-        self._level = compression_level
+        self.compression = TaskCompression(compression_level)
+        """Whether large elements are compressed (AUTO: decided as rates move)."""
         self._timeout_s = dispatcher_timeout_s
         self._wake = wake
         self._stop = threading.Event()
@@ -228,6 +229,7 @@ class TaskRunner:
             "buffered_elements": items,
             "buffered_bytes": nbytes,
             "finished": self.ended,
+            **self.compression.stats(),
         }
 
     @property
@@ -281,12 +283,15 @@ class TaskRunner:
 
     def _put(self, element: Any) -> None:
         element, size = retained.compact(element)
+        large = size > INLINE_BYTES
         item: Raw | Encoded
-        if size <= INLINE_BYTES:
+        if not large:
             item = Raw(element)
-        else:
+        else:  # shared memory is never compressed
             item = self.share.encode(element) or Encoded(
-                frames.encode([element], compression_level=self._level)
+                self.compression.encode(element, size)
             )
         if self._sink.put(item, size, self._stop):
             self._wake(self.task_id)
+        if large:
+            self.compression.resume()
