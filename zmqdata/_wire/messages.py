@@ -6,9 +6,9 @@ checks the version, the type and each field's runtime type, and raises
 ``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version mismatch)
 instead of letting bad input reach a handler.
 
->>> data = encode(GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=5))
->>> decode(data)
-GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=5)
+>>> message = GetSplit(request_id=7, iteration_id=3, repetition=0, max_splits=4)
+>>> decode(encode(message))
+GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=0, max_splits=4)
 """
 
 from __future__ import annotations
