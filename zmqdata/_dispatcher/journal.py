@@ -75,6 +75,10 @@ MAGIC = b"zmqdata journal 2\n"
 _HEADER = struct.Struct(">III")
 _LEGACY_LENGTH = struct.Struct(">I")
 _EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Event)}
+_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(field.name for field in dataclasses.fields(cls))
+    for cls in _EVENTS.values()
+}
 
 
 class JournalCorruptError(FailedPreconditionError):
@@ -95,7 +99,8 @@ def _crc(data: bytes) -> int:
 
 def encode_event(event: ev.Event) -> bytes:
     """One journal record (header included)."""
-    body = {"t": type(event).__name__, **dataclasses.asdict(event)}
+    cls = type(event)
+    body = {"t": cls.__name__, **{name: getattr(event, name) for name in _FIELDS[cls]}}
     payload: bytes = msgpack.packb(body)
     length = struct.pack(">I", len(payload))
     return _HEADER.pack(len(payload), _crc(length), _crc(payload)) + payload
