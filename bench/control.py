@@ -469,9 +469,11 @@ def control(bench: Bench, sizes: ControlSizes | None = None) -> dict[str, Any]:
                 proc.join(60)
                 if proc.is_alive():
                     proc.kill()
+    costs = [state_costs(sizes.peers) for _ in range(bench.repeats)]
     return {
         "peers": sizes.peers,
         "split_interval_s": sizes.split_interval_s,
+        "state": {key: Stat(c[key] for c in costs) for key in costs[0]},
         "real_consumer_elements_per_s": real_rate,
         **{key: Stat(w[key] for w in windows) for key in windows[0]},
     }
@@ -501,6 +503,80 @@ def _window(drivers: list[tuple[Any, Any]], pid: int) -> dict[str, float]:
         out[f"{kind}_p50_ms"] = percentile(samples, 50) * 1000
         out[f"{kind}_p99_ms"] = percentile(samples, 99) * 1000
         out[f"{kind}_per_s"] = len(samples) / elapsed
+    return out
+
+
+# ------------------------------------------------------------------ per request
+
+
+def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
+    """Microseconds per request the dispatcher's state spends, no sockets.
+
+    ``peers`` fake workers and LOCAL consumers (as in ``control``); a
+    request's cost should not grow with ``peers``.
+    """
+    from zmqdata._config import DispatcherConfig
+    from zmqdata._dataset import graph
+    from zmqdata._dispatcher.state import DispatcherState
+
+    state = DispatcherState(DispatcherConfig())
+    pipeline = graph.serialize(zd.Dataset.range(FAKE_RANGE)._node)
+    [(_, dataset)] = state.handle(b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0)
+    workers, clients, tasks = [], [], []
+    for i in range(peers):
+        address = f"10.0.{i // 250}.{i % 250}:7000"
+        register = m.RegisterWorker(
+            worker_address=address,
+            data_address=f"tcp://{address}",
+            local_process=f"p{i}",
+        )
+        [(_, reply)] = state.handle(f"w{i}".encode(), register, 0.0)
+        workers.append(reply.worker_id)
+    for i in range(peers):
+        job = m.GetOrCreateJob(
+            dataset_id=dataset.dataset_id,
+            processing_mode=DYNAMIC,
+            target_workers="LOCAL",
+            local_process=f"p{i}",
+        )
+        [(_, created)] = state.handle(b"c", job, 0.0)
+        begin = m.GetOrCreateIteration(job_id=created.job_id, repetition=0)
+        iteration = state.handle(b"c", begin, 0.0)[0][1]
+        clients.append(iteration.client_id)
+        tasks.append((iteration.tasks[0]["task_id"], iteration.iteration_id))
+    picks = [random.randrange(peers) for _ in range(calls)]
+
+    def per_call(make: Any) -> float:
+        requests = [make(i, n) for n, i in enumerate(picks)]
+        start = time.perf_counter()
+        for peer, request in requests:
+            state.handle(peer, request, 1.0)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    def heartbeat(i: int, n: int) -> tuple[bytes, m.Message]:
+        task = [[tasks[i][0], False]]
+        return f"w{i}".encode(), m.WorkerHeartbeat(worker_id=workers[i], tasks=task)
+
+    def split(i: int, n: int) -> tuple[bytes, m.Message]:
+        request = m.GetSplit(
+            request_id=n + 1,
+            iteration_id=tasks[i][1],
+            repetition=0,
+            task_id=tasks[i][0],
+        )
+        return f"w{i}".encode(), request
+
+    out = {
+        "worker_heartbeat_us": per_call(heartbeat),
+        "client_heartbeat_us": per_call(
+            lambda i, n: (b"c", m.ClientHeartbeat(client_id=clients[i]))
+        ),
+        "get_split_us": per_call(split),
+    }
+    start = time.perf_counter()
+    for n in range(calls):
+        state.tick(1.0 + n * 0.1 / calls)
+    out["tick_us"] = (time.perf_counter() - start) / calls * 1e6
     return out
 
 
