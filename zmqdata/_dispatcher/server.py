@@ -27,6 +27,8 @@ from zmqdata.errors import (
 
 logger = logging.getLogger(__name__)
 
+MAX_BATCH = 1000
+"""Requests handled per wake-up at most (then the loop ticks)."""
 GROUP_MAX = 256
 """Requests handled as one group (one journal commit) at most."""
 REQUEST_OVERHEAD_BYTES = 1 << 20
@@ -46,10 +48,11 @@ class _DispatcherLoop(PollLoop):
     """The dispatcher's one thread: its ROUTER socket around a pure ``DispatcherState``.
 
     Each request is decoded (refused unread if it is over the size limit)
-    and checked against its sender's CURVE role. Group commit: every request
-    waiting (``GROUP_MAX`` at most) is handled by the state as one group,
-    whose events are kept with one fsync in fault-tolerant mode, and only
-    then are the group's replies sent. ``on_tick`` drives liveness and job
+    and checked against its sender's CURVE role. Group commit (fault-tolerant
+    mode): every request waiting (``GROUP_MAX`` at most) is handled by the
+    state as one group, whose events are kept with one fsync, and only then
+    are the group's replies sent. Without a journal each request is a group
+    of its own, answered at once. ``on_tick`` drives liveness and job
     GC. The state never sees a socket, so it is tested with a fake clock.
     """
 
@@ -119,14 +122,21 @@ class _DispatcherLoop(PollLoop):
             )
 
     def on_readable(self, sock: zmq.Socket[Any]) -> None:
-        group: list[tuple[list[bytes], str | None]] = []
-        while len(group) < GROUP_MAX:
-            try:
-                group.append(auth.recv_from(sock, self._access is not None))
-            except zmq.Again:
-                break
-        if group:
+        # Without a journal nothing waits for a commit: a group of one
+        # request answers each at once, as soon as it is handled.
+        group_max = GROUP_MAX if self.journal is not None else 1
+        handled = 0
+        while handled < MAX_BATCH:
+            group: list[tuple[list[bytes], str | None]] = []
+            while len(group) < group_max:
+                try:
+                    group.append(auth.recv_from(sock, self._access is not None))
+                except zmq.Again:
+                    break
+            if not group:
+                return
             self._send(self._handle_group(group))
+            handled += len(group)
 
     def _handle_group(
         self, group: list[tuple[list[bytes], str | None]]

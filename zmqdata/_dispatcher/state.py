@@ -41,6 +41,7 @@ from zmqdata._dispatcher import checks, model, placement, replies, samples, stat
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
+from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import (
@@ -84,6 +85,7 @@ class DispatcherState:
         self.records = self._sink.restore(now)
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
         self._liveness_due = float("-inf")  # next scan for silent peers (the same)
+        self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
         self._left_seen: dict[tuple[str, int], float] = {}
         """When each peer that left in this group was last seen (for a roll back)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
@@ -160,7 +162,9 @@ class DispatcherState:
             self._roll_back(now)
             self.errors_total = errors + len(requests)
             self.splits_total = splits
-            logger.error("%d requests failed: %s", len(requests), error.message)
+            self._failed_groups.warning(
+                "%d requests failed: %s", len(requests), error.message
+            )
             code, text = to_code(error)
             return [
                 [
