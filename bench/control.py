@@ -20,9 +20,13 @@ wall second.
 Section ``journal``: a fault-tolerant dispatcher (journal on the real disk,
 under the repository) and ``--requesters`` fake workers of one DYNAMIC
 iteration asking for splits as fast as they are answered (one request in
-flight each): splits/s, fsyncs/s (from the journal's size and the
-dispatcher's ``fsync`` count via strace-free ``/proc`` I/O counters: one
-commit per group), p99 latency; and one sequential requester.
+flight each): splits/s, journal commits/s (the dispatcher's
+``zmqdata_dispatcher_journal_commits`` metric: one write and fsync each), p50
+and p99 latency; then the same with one sequential requester.
+
+``state_costs(peers)``: microseconds per request in the dispatcher's state
+alone (no sockets) with ``peers`` fake workers and consumers; reported with
+``control``.
 
 Figures are medians over ``--repeats`` windows, measured under
 ``flock /tmp/zmqdata-bench.lock``.
@@ -59,7 +63,7 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from bench.common import ROOT, Bench, Stat, subprocess_env
+from bench.common import ROOT, Bench, Stat, sizes_for, subprocess_env
 from zmqdata import service
 from zmqdata._wire import messages as m
 
@@ -805,8 +809,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None
     }
     sizes = ControlSizes(**{**sizes.__dict__, **changes})
-    from bench.common import sizes_for
-
     bench = Bench(
         sizes_for(args.quick), args.repeats or (2 if args.quick else 3), args.quick
     )
