@@ -524,8 +524,13 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
     from zmqdata._dispatcher.state import DispatcherState
 
     state = DispatcherState(DispatcherConfig())
+
+    def call(peer: bytes, request: m.Message) -> Any:
+        """The reply to ``request`` (what else it sends is dropped)."""
+        return state.handle(peer, request, 0.0)[0][1]
+
     pipeline = graph.serialize(zd.Dataset.range(FAKE_RANGE)._node)
-    [(_, dataset)] = state.handle(b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0)
+    dataset = call(b"c", m.GetOrRegisterDataset(pipeline=pipeline))
     workers, clients, tasks = [], [], []
     for i in range(peers):
         address = f"10.0.{i // 250}.{i % 250}:7000"
@@ -534,8 +539,7 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
             data_address=f"tcp://{address}",
             local_process=f"p{i}",
         )
-        [(_, reply)] = state.handle(f"w{i}".encode(), register, 0.0)
-        workers.append(reply.worker_id)
+        workers.append(call(f"w{i}".encode(), register).worker_id)
     for i in range(peers):
         job = m.GetOrCreateJob(
             dataset_id=dataset.dataset_id,
@@ -543,9 +547,8 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
             target_workers="LOCAL",
             local_process=f"p{i}",
         )
-        [(_, created)] = state.handle(b"c", job, 0.0)
-        begin = m.GetOrCreateIteration(job_id=created.job_id, repetition=0)
-        iteration = state.handle(b"c", begin, 0.0)[0][1]
+        begin = m.GetOrCreateIteration(job_id=call(b"c", job).job_id, repetition=0)
+        iteration = call(b"c", begin)
         clients.append(iteration.client_id)
         tasks.append((iteration.tasks[0]["task_id"], iteration.iteration_id))
     picks = [random.randrange(peers) for _ in range(calls)]
