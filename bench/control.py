@@ -627,7 +627,7 @@ def _split_requester(
     while in_flight:
         for sock, _ in poller.poll(1000):
             reply = m.decode(sock.recv())
-            if not isinstance(reply, m.GetSplitReply) or reply.split is None:
+            if not isinstance(reply, m.GetSplitReply) or not reply.splits:
                 raise RuntimeError(f"unexpected reply {reply!r}")
             latencies.append(time.perf_counter() - peers[sock][2])
             splits += 1

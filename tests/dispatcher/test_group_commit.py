@@ -98,7 +98,7 @@ def test_a_group_is_written_with_one_fsync_before_its_replies(journal, monkeypat
     replies = state.handle_group(split_requests(state, iteration_id, 8), 1.0)
     assert journal.commits == commits + 1
     assert fsyncs == [journal.path.stat().st_size]  # one fsync, of everything
-    splits = sorted(reply.split[0] // SIZE for [(_, reply)] in replies)
+    splits = sorted(reply.splits[0][0] // SIZE for [(_, reply)] in replies)
     assert splits == list(range(8))
     assert journaled_splits(journal.directory) == list(range(8))
 
@@ -136,7 +136,7 @@ def test_a_failed_fsync_fails_every_request_of_the_group_and_loses_nothing(
     assert journal.path.stat().st_size == size  # the group's records are cut off
     # The same requests, sent again, get the splits they would have got.
     again = state.handle_group(group, 3.0)
-    splits = sorted(reply.split[0] // SIZE for [(_, reply)] in again[:8])
+    splits = sorted(reply.splits[0][0] // SIZE for [(_, reply)] in again[:8])
     assert splits == list(range(8, 16))
     assert isinstance(again[8][0][1], m.RegisterWorkerReply)
     assert journaled_splits(journal.directory) == list(range(16))
@@ -239,7 +239,7 @@ def test_the_server_sends_a_split_only_after_its_record_is_fsynced(
                 reply = m.decode(sock.recv())
                 while not isinstance(reply, m.GetSplitReply):
                     reply = m.decode(sock.recv())
-                got.append(reply.split[0] // SIZE)
+                got.append(reply.splits[0][0] // SIZE)
     for sock in sockets:
         sock.close()
     assert sorted(got) == list(range(64))
@@ -250,8 +250,10 @@ def test_the_server_sends_a_split_only_after_its_record_is_fsynced(
             durable = max(durable, what)
             continue
         for message in what:
-            if isinstance(message, m.GetSplitReply) and message.split is not None:
-                assert ends[message.split[0] // SIZE] <= durable, "sent before fsync"
+            if isinstance(message, m.GetSplitReply) and message.splits:
+                assert ends[message.splits[0][0] // SIZE] <= durable, (
+                    "sent before fsync"
+                )
                 checked += 1
     assert checked == 64
 
