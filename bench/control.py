@@ -540,6 +540,7 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
             local_process=f"p{i}",
         )
         workers.append(call(f"w{i}".encode(), register).worker_id)
+    start = time.perf_counter()
     for i in range(peers):
         job = m.GetOrCreateJob(
             dataset_id=dataset.dataset_id,
@@ -551,6 +552,7 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
         iteration = call(b"c", begin)
         clients.append(iteration.client_id)
         tasks.append((iteration.tasks[0]["task_id"], iteration.iteration_id))
+    joined_us = (time.perf_counter() - start) / peers * 1e6
     picks = [random.randrange(peers) for _ in range(calls)]
 
     def per_call(make: Any) -> float:
@@ -574,6 +576,7 @@ def state_costs(peers: int, calls: int = 2_000) -> dict[str, float]:
         return f"w{i}".encode(), request
 
     out = {
+        "job_and_iteration_us": joined_us,
         "worker_heartbeat_us": per_call(heartbeat),
         "client_heartbeat_us": per_call(
             lambda i, n: (b"c", m.ClientHeartbeat(client_id=clients[i]))

@@ -31,18 +31,26 @@ def check_indexes(records: ClusterRecords) -> None:
     for worker in records.workers.values():
         at[worker.worker_address].add(worker.worker_id)
     assert records.workers_at == dict(at)
+    processes: dict[str, set[int]] = defaultdict(set)
+    for worker in records.workers.values():
+        processes[worker.local_process].add(worker.worker_id)
+    assert records.workers_in == dict(processes)
 
 
-def register(state: DispatcherState, peer: bytes, port: int, now: float) -> Any:
+def register(
+    state: DispatcherState, peer: bytes, port: int, now: float, process: str = ""
+) -> Any:
     address = f"h:{port}"
-    request = m.RegisterWorker(worker_address=address, data_address=f"tcp://{address}")
+    request = m.RegisterWorker(
+        worker_address=address, data_address=f"tcp://{address}", local_process=process
+    )
     return state.handle(peer, request, now)[0][1]
 
 
 def test_the_indexes_follow_every_change_and_a_snapshot():
     state = DispatcherState(DispatcherConfig(worker_timeout_ms=1_000))
     for i in range(3):
-        register(state, f"w{i}".encode(), 7000 + i, 0.0)
+        register(state, f"w{i}".encode(), 7000 + i, 0.0, process=f"p{i % 2}")
     pipeline = graph.serialize(zd.Dataset.range(1_000)._node)
     [(_, dataset)] = state.handle(b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0)
     clients = []
@@ -96,3 +104,35 @@ def test_a_peer_times_out_at_the_first_tick_past_its_timeout():
 def register_id(state: DispatcherState, port: int) -> int:
     [worker_id] = state.records.workers_at[f"h:{port}"]
     return worker_id
+
+
+def test_a_local_read_gives_tasks_to_the_workers_of_its_processes_only():
+    state = DispatcherState(DispatcherConfig())
+    ids = {
+        (process, port): register(
+            state, f"w{port}".encode(), port, 0.0, process
+        ).worker_id
+        for process, port in (("p0", 7001), ("p1", 7002), ("p0", 7003), ("p2", 7004))
+    }
+    pipeline = graph.serialize(zd.Dataset.range(1_000)._node)
+    [(_, dataset)] = state.handle(b"c", m.GetOrRegisterDataset(pipeline=pipeline), 0)
+
+    def read(process: str) -> None:
+        job = m.GetOrCreateJob(
+            dataset_id=dataset.dataset_id,
+            processing_mode=1,
+            job_name="local",
+            target_workers="LOCAL",
+            local_process=process,
+        )
+        job_id = state.handle(b"c", job, 0.0)[0][1].job_id
+        state.handle(b"c", m.GetOrCreateIteration(job_id=job_id, repetition=0), 0.0)
+
+    def served() -> list[int]:
+        return sorted(task.worker_id for task in state.records.tasks.values())
+
+    read("p0")
+    assert served() == [ids["p0", 7001], ids["p0", 7003]]
+    read("p1")  # joins: its process's worker gets a task too
+    assert served() == [ids["p0", 7001], ids["p1", 7002], ids["p0", 7003]]
+    check_indexes(state.records)

@@ -64,6 +64,8 @@ class ClusterRecords:
         or a registration reads one worker's tasks without scanning them all)."""
         self.workers_at: dict[str, set[int]] = {}
         """Worker address -> the ids of the workers registered there (an index)."""
+        self.workers_in: dict[str, set[int]] = {}
+        """Local process -> the ids of the workers in it (an index, for LOCAL reads)."""
         self.datasets_by_fingerprint: dict[str, str] = {}
         self.named_jobs: dict[tuple[str, str], int] = {}
         self.collected_clients: dict[int, int] = {}
@@ -115,6 +117,7 @@ class ClusterRecords:
         """Adds ``worker`` to the tables and their indexes."""
         self.workers[worker.worker_id] = worker
         self.workers_at.setdefault(worker.worker_address, set()).add(worker.worker_id)
+        self.workers_in.setdefault(worker.local_process, set()).add(worker.worker_id)
 
     def add_task(self, task: model.Task) -> None:
         """Adds ``task`` to the tables (its iteration must exist) and the index."""
@@ -147,10 +150,13 @@ class ClusterRecords:
     def _worker_removed(self, e: ev.WorkerRemoved) -> None:
         worker = self.workers.pop(e.worker_id, None)
         if worker is not None:
-            here = self.workers_at[worker.worker_address]
-            here.discard(e.worker_id)
-            if not here:
-                del self.workers_at[worker.worker_address]
+            for index, key in (
+                (self.workers_at, worker.worker_address),
+                (self.workers_in, worker.local_process),
+            ):
+                index[key].discard(e.worker_id)
+                if not index[key]:
+                    del index[key]
         lost = list(self.worker_tasks.get(e.worker_id, {}).values())
         for task in lost:
             self._drop_task(task.task_id)

@@ -32,7 +32,7 @@ status in ``status.py``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from zmqdata._config import DispatcherConfig
@@ -509,9 +509,14 @@ class DispatcherState:
             self._push(self._create_task(iteration_id, worker.worker_id))
             for iteration_id in job.iterations.values()
             if self._running(self.records.iterations[iteration_id])
-            for worker in list(self.records.workers.values())
-            if worker.local_process == local_process
+            for worker in self._workers_in((local_process,))
         ]
+
+    def _workers_in(self, processes: Iterable[str]) -> list[model.Worker]:
+        """The workers in ``processes``, oldest first (an index, not a scan)."""
+        index = self.records.workers_in
+        ids = sorted({i for process in processes for i in index.get(process, ())})
+        return [self.records.workers[i] for i in ids]
 
     # ------------------------------------------------------------ iterations and clients
 
@@ -539,9 +544,12 @@ class DispatcherState:
     def _start(self, iteration: model.Iteration) -> list[Outgoing]:
         """A new iteration's tasks (and coordinated schedule), pushed to workers."""
         job = self.records.jobs[iteration.job_id]
+        candidates = list(self.records.workers.values())
+        if placement.reads_local_processes(job):  # only its consumers' processes
+            candidates = self._workers_in(job.consumer_processes)
         tasks = [
             self._create_task(iteration.iteration_id, worker.worker_id)
-            for worker in list(self.records.workers.values())
+            for worker in candidates
             if placement.serves(job, worker)
         ]
         if job.num_consumers is not None:
