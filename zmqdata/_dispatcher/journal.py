@@ -1,8 +1,10 @@
 """The fault-tolerant dispatcher's write-ahead journal of state events.
 
-Each event is appended and fsync'ed *before* it is applied (and so before any
-reply that depends on it leaves the dispatcher); a restarted dispatcher loads
-the latest snapshot and replays the events logged after it.
+Events are written in groups (group commit): the dispatcher ``add``s the
+events of every request waiting, then ``commit`` writes them with one write
+and one fsync before any reply that depends on them leaves the dispatcher; a
+restarted dispatcher loads the latest snapshot and replays the events logged
+after it.
 
 A journal file starts with ``MAGIC``; each record is a 12-byte header (payload
 length, CRC-32 of the length bytes, CRC-32 of the payload; big-endian) and a
@@ -15,8 +17,8 @@ does not decode refuses to start with ``JournalCorruptError``, naming the file
 and the offset; ``repair`` (``zmqdata dispatcher --repair-journal``) keeps the
 records before the damage and a backup of the whole file. A failed append
 (a full disk) is rolled back to the last whole record and raised as
-``UnavailableError``: the event was not applied, and the journal stays
-readable.
+``UnavailableError``: none of the group's events was kept, and the journal
+stays readable.
 
 Compaction keeps replay short: generation ``g`` is ``snapshot-g.msgpack`` (the
 state when it began; none for generation 0) plus ``journal-g.log``. ``compact``
@@ -28,8 +30,9 @@ written before records had checksums (no ``MAGIC``) is replayed as it was
 written and compacted at once.
 
 ``JournalSink`` puts a ``Journal`` behind ``DispatcherState``: it restores the
-records at start, appends each event before it is applied, and compacts when
-``Journal.wants_compaction`` (the policy) says so.
+records at start (and after a failed commit), collects each event, commits
+the group once it is applied, and compacts when ``Journal.wants_compaction``
+(the policy) says so.
 
 >>> import tempfile
 >>> from zmqdata._dispatcher import events as ev
@@ -72,6 +75,10 @@ MAGIC = b"zmqdata journal 2\n"
 _HEADER = struct.Struct(">III")
 _LEGACY_LENGTH = struct.Struct(">I")
 _EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Event)}
+_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(field.name for field in dataclasses.fields(cls))
+    for cls in _EVENTS.values()
+}
 
 
 class JournalCorruptError(FailedPreconditionError):
@@ -92,7 +99,8 @@ def _crc(data: bytes) -> int:
 
 def encode_event(event: ev.Event) -> bytes:
     """One journal record (header included)."""
-    body = {"t": type(event).__name__, **dataclasses.asdict(event)}
+    cls = type(event)
+    body = {"t": cls.__name__, **{name: getattr(event, name) for name in _FIELDS[cls]}}
     payload: bytes = msgpack.packb(body)
     length = struct.pack(">I", len(payload))
     return _HEADER.pack(len(payload), _crc(length), _crc(payload)) + payload
@@ -186,7 +194,12 @@ class Journal:
         self._remove_other_generations()
         self.path = self._journal_path(self.generation)
         scan = _scan(self.path)
-        self._records, self.events = scan.records, len(scan.records)
+        self._records: list[tuple[int, bytes]] | None = scan.records
+        self.events = len(scan.records)
+        self._pending: list[bytes] = []
+        """Records added since the last commit (written by ``commit``)."""
+        self.commits = 0
+        """Commits that wrote something (one write and one fsync each)."""
         self._legacy = scan.legacy
         self._valid_bytes = scan.valid_bytes
         self._cut_torn_tail()
@@ -240,8 +253,15 @@ class Journal:
         return path.read_bytes() if path.exists() else None
 
     def replay(self) -> Iterator[ev.Event]:
-        """Every event read at open, oldest first (each read once)."""
-        records, self._records = self._records, []
+        """Every committed event, oldest first.
+
+        The first call yields the records read at open; a later one (after a
+        failed commit) reads the file again.
+        """
+        records = self._records
+        if records is None:
+            records = _scan(self.path).records
+        self._records = None
         for offset, payload in records:
             try:
                 yield decode_event(payload)
@@ -267,16 +287,30 @@ class Journal:
                 f"({error.strerror or error}); the request was not applied"
             ) from None
 
-    def append(self, event: ev.Event) -> None:
-        """Writes one event durably (fsync) before the caller applies it.
+    def add(self, event: ev.Event) -> None:
+        """Queues one event for the next ``commit`` (nothing is written yet)."""
+        self._pending.append(encode_event(event))
 
-        A failed write (e.g. a full disk) is rolled back and raises
-        ``UnavailableError``: the caller must not apply the event.
+    def commit(self) -> None:
+        """Writes every queued event durably: one write, one fsync.
+
+        A failed write (e.g. a full disk) is rolled back to the last commit
+        and raises ``UnavailableError``: none of the queued events is kept.
         """
-        record = encode_event(event)
-        self._write(self._fd, record)
-        self.events += 1
-        self._valid_bytes += len(record)
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        count = len(self._pending)
+        self._pending.clear()
+        self._write(self._fd, data)
+        self.commits += 1
+        self.events += count
+        self._valid_bytes += len(data)
+
+    def append(self, event: ev.Event) -> None:
+        """Writes one event (and any queued before it) durably."""
+        self.add(event)
+        self.commit()
 
     @property
     def wants_compaction(self) -> bool:
@@ -292,7 +326,9 @@ class Journal:
     def compact(self, snapshot: bytes) -> None:
         """Starts the next generation from ``snapshot``.
 
-        ``snapshot`` is the state after every event appended so far. A failure
+        ``snapshot`` is the state after every event committed so far (call
+        it with nothing queued: queued events would follow their own
+        snapshot). A failure
         (a full disk) leaves the current generation in place and raises
         ``UnavailableError``.
         """
@@ -345,19 +381,22 @@ class Journal:
 class JournalSink:
     """``DispatcherState``'s event sink in fault-tolerant mode, and its policy.
 
-    Restores the records from ``journal``, appends each event (fsync'ed)
-    before it is applied, and compacts the journal into a snapshot of the
-    records when ``Journal.wants_compaction`` says replaying it costs more.
-    The caller closes ``journal``.
+    Restores the records from ``journal``, queues each event, commits a
+    group (one fsync) once it is applied and before any reply leaves, and
+    compacts the journal into a snapshot of the records when
+    ``Journal.wants_compaction`` says replaying it costs more. The caller
+    closes ``journal``.
     """
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
 
     def restore(self, now: float) -> ClusterRecords:
-        """The latest snapshot plus the events after it, every peer seen at ``now``.
+        """The latest snapshot plus the events committed after it.
 
-        A journal due for compaction at once (one without checksums) is compacted.
+        Every peer counts as seen at ``now``. Also what a failed commit rolls
+        back to. A journal due for compaction at once (one without checksums)
+        is compacted.
         """
         records = ClusterRecords()
         data = self.journal.snapshot()
@@ -370,11 +409,17 @@ class JournalSink:
         return records
 
     def append(self, event: ev.Event) -> None:
-        """Writes ``event`` durably; raises ``UnavailableError`` if it cannot."""
-        self.journal.append(event)
+        """Queues ``event`` for the group's commit."""
+        self.journal.add(event)
 
     def applied(self, records: ClusterRecords) -> None:
-        """Compacts when due; a failed compaction is retried at the next event."""
+        """Commits the group's events (one fsync), then compacts when due.
+
+        Raises ``UnavailableError`` if the events cannot be written: none of
+        them is kept, and the caller rolls ``records`` back (``restore``). A
+        failed compaction is retried at the next group.
+        """
+        self.journal.commit()
         if not self.journal.wants_compaction:
             return
         try:

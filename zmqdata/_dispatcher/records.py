@@ -59,6 +59,13 @@ class ClusterRecords:
         self.iterations: dict[int, model.Iteration] = {}
         self.tasks: dict[int, model.Task] = {}
         self.clients: dict[int, model.Client] = {}
+        self.worker_tasks: dict[int, dict[int, model.Task]] = {}
+        """Worker id -> its tasks, by id (an index of ``tasks``: a heartbeat
+        or a registration reads one worker's tasks without scanning them all)."""
+        self.workers_at: dict[str, set[int]] = {}
+        """Worker address -> the ids of the workers registered there (an index)."""
+        self.workers_in: dict[str, set[int]] = {}
+        """Local process -> the ids of the workers in it (an index, for LOCAL reads)."""
         self.datasets_by_fingerprint: dict[str, str] = {}
         self.named_jobs: dict[tuple[str, str], int] = {}
         self.collected_clients: dict[int, int] = {}
@@ -106,8 +113,28 @@ class ClusterRecords:
 
     # ------------------------------------------------------------ appliers
 
+    def add_worker(self, worker: model.Worker) -> None:
+        """Adds ``worker`` to the tables and their indexes."""
+        self.workers[worker.worker_id] = worker
+        self.workers_at.setdefault(worker.worker_address, set()).add(worker.worker_id)
+        self.workers_in.setdefault(worker.local_process, set()).add(worker.worker_id)
+
+    def add_task(self, task: model.Task) -> None:
+        """Adds ``task`` to the tables (its iteration must exist) and the index."""
+        self.tasks[task.task_id] = task
+        self.iterations[task.iteration_id].tasks[task.task_id] = task
+        self.worker_tasks.setdefault(task.worker_id, {})[task.task_id] = task
+
+    def _drop_task(self, task_id: int) -> None:
+        """Removes a task from ``tasks`` and the index (not from its iteration)."""
+        task = self.tasks.pop(task_id)
+        mine = self.worker_tasks[task.worker_id]
+        del mine[task_id]
+        if not mine:
+            del self.worker_tasks[task.worker_id]
+
     def _worker_registered(self, e: ev.WorkerRegistered) -> None:
-        self.workers[e.worker_id] = model.Worker(
+        worker = model.Worker(
             worker_id=e.worker_id,
             peer=e.peer,
             worker_address=e.worker_address,
@@ -118,12 +145,21 @@ class ClusterRecords:
             last_seen=e.now,
             index=e.index,
         )
+        self.add_worker(worker)
 
     def _worker_removed(self, e: ev.WorkerRemoved) -> None:
-        self.workers.pop(e.worker_id, None)
-        lost = [t for t in self.tasks.values() if t.worker_id == e.worker_id]
+        worker = self.workers.pop(e.worker_id, None)
+        if worker is not None:
+            for index, key in (
+                (self.workers_at, worker.worker_address),
+                (self.workers_in, worker.local_process),
+            ):
+                index[key].discard(e.worker_id)
+                if not index[key]:
+                    del index[key]
+        lost = list(self.worker_tasks.get(e.worker_id, {}).values())
         for task in lost:
-            del self.tasks[task.task_id]
+            self._drop_task(task.task_id)
             iteration = self.iterations[task.iteration_id]
             del iteration.tasks[task.task_id]
             if iteration.schedule:  # coordinated: drop it from the horizon on
@@ -176,9 +212,7 @@ class ClusterRecords:
         self.jobs[e.job_id].iterations[e.repetition] = e.iteration_id
 
     def _task_created(self, e: ev.TaskCreated) -> None:
-        task = model.Task(e.task_id, e.iteration_id, e.worker_id)
-        self.tasks[e.task_id] = task
-        self.iterations[e.iteration_id].tasks[e.task_id] = task
+        self.add_task(model.Task(e.task_id, e.iteration_id, e.worker_id))
 
     def _task_finished(self, e: ev.TaskFinished) -> None:
         task = self.tasks[e.task_id]
@@ -229,7 +263,7 @@ class ClusterRecords:
         """
         iteration = self.iterations[e.iteration_id]
         for task_id in iteration.tasks:
-            del self.tasks[task_id]
+            self._drop_task(task_id)
         iteration.tasks.clear()
         iteration.collected = True
         job = self.jobs[iteration.job_id]
@@ -263,7 +297,7 @@ class ClusterRecords:
             return
         if iteration.finished or self.jobs[iteration.job_id].name is None:
             for task_id in iteration.tasks:
-                del self.tasks[task_id]
+                self._drop_task(task_id)
             iteration.tasks.clear()
             self._forget_if_anonymous(iteration)
 
@@ -281,19 +315,28 @@ class ClusterRecords:
 
 
 class EventSink(Protocol):
-    """Where ``DispatcherState`` sends each event before applying it."""
+    """Where ``DispatcherState`` keeps events: collected, then kept by group.
+
+    ``append`` is called for each event before it is applied; ``applied``
+    once the events of a group (the requests handled together) are, and
+    before any reply to them leaves the dispatcher.
+    """
 
     def restore(self, now: float) -> ClusterRecords:
-        """The records to start from, every peer in them seen at ``now``."""
+        """The records kept so far, every peer in them seen at ``now``.
 
-    def append(self, event: ev.Event) -> None:
-        """Keeps ``event`` before it is applied.
-
-        Raises ``UnavailableError`` if it cannot: the event is then not applied.
+        Called at start, and after ``applied`` failed (to roll back).
         """
 
+    def append(self, event: ev.Event) -> None:
+        """Collects ``event`` for the group (before it is applied)."""
+
     def applied(self, records: ClusterRecords) -> None:
-        """Called after each event is applied to ``records`` (e.g. to compact)."""
+        """Keeps the group's events, now applied to ``records`` (e.g. fsync).
+
+        Raises ``UnavailableError`` if it cannot: none of the group's events
+        is kept, and the caller rolls back to ``restore``.
+        """
 
 
 class NoJournal:

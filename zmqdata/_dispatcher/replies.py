@@ -45,11 +45,8 @@ def registered(
     worker: model.Worker,
 ) -> m.RegisterWorkerReply:
     """The reply to a registration: the worker's id and its running tasks."""
-    tasks = [
-        task
-        for task in records.tasks.values()
-        if task.worker_id == worker.worker_id and not task.finished
-    ]
+    mine = records.worker_tasks.get(worker.worker_id, {})
+    tasks = [task for task in mine.values() if not task.finished]
     return m.RegisterWorkerReply(
         request_id=request_id,
         worker_id=worker.worker_id,
@@ -66,11 +63,7 @@ def task_changes(
 ) -> m.WorkerHeartbeatReply:
     """The tasks a worker lacks (to start) and those it has but lost (to delete)."""
     reported = {task_id for task_id, _ in heartbeat.tasks}
-    assigned = {
-        task.task_id: task
-        for task in records.tasks.values()
-        if task.worker_id == worker.worker_id
-    }
+    assigned = records.worker_tasks.get(worker.worker_id, {})
     return m.WorkerHeartbeatReply(
         request_id=heartbeat.request_id,
         new_tasks=[

@@ -28,6 +28,9 @@ from zmqdata.errors import (
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
+"""Requests handled per wake-up at most (then the loop ticks)."""
+GROUP_MAX = 256
+"""Requests handled as one group (one journal commit) at most."""
 REQUEST_OVERHEAD_BYTES = 1 << 20
 """What a request may hold besides its pipeline (element spec, fields)."""
 
@@ -44,17 +47,20 @@ def _incarnation(work_dir: Path) -> str:
 class _DispatcherLoop(PollLoop):
     """The dispatcher's one thread: its ROUTER socket around a pure ``DispatcherState``.
 
-    Each request is decoded (refused unread if it is over the size limit),
-    checked against its sender's CURVE role, handled by the state with the
-    current time, and answered; ``on_tick`` drives liveness and job GC. The
-    state never sees a socket, so it is tested with a fake clock.
+    Each request is decoded (refused unread if it is over the size limit)
+    and checked against its sender's CURVE role. Group commit (fault-tolerant
+    mode): every request waiting (``GROUP_MAX`` at most) is handled by the
+    state as one group, whose events are kept with one fsync, and only then
+    are the group's replies sent. Without a journal each request is a group
+    of its own, answered at once. ``on_tick`` drives liveness and job
+    GC. The state never sees a socket, so it is tested with a fake clock.
     """
 
     def __init__(self, config: DispatcherConfig) -> None:
         super().__init__("zmqdata-dispatcher")
         self.config = config
         self.state = DispatcherState(config, incarnation=uuid.uuid4().hex)
-        self._journal: Journal | None = None
+        self.journal: Journal | None = None
         self.endpoint = ""
         self._bad_input = RateLimitedLog(logger)
         self._keys = auth.server_keys(
@@ -73,17 +79,17 @@ class _DispatcherLoop(PollLoop):
     def setup(self) -> None:
         if self.config.fault_tolerant_mode:
             assert self.config.work_dir is not None  # DispatcherConfig checks it
-            self._journal = Journal(self.config.work_dir)
+            self.journal = Journal(self.config.work_dir)
             self.state = DispatcherState(
                 self.config,
-                JournalSink(self._journal),
+                JournalSink(self.journal),
                 time.monotonic(),
                 _incarnation(Path(self.config.work_dir)),
             )
             records = self.state.records
             logger.info(
                 "dispatcher state replayed from %s: %d workers, %d jobs, %d clients",
-                self._journal.path,
+                self.journal.path,
                 len(records.workers),
                 len(records.jobs),
                 len(records.clients),
@@ -99,8 +105,8 @@ class _DispatcherLoop(PollLoop):
             self.endpoint = self.bind(self._router, protocol, host, self.config.port)
         except BaseException:
             auth.release(self._keys)
-            if self._journal is not None:
-                self._journal.close()
+            if self.journal is not None:
+                self.journal.close()
             raise
         logger.info(
             "dispatcher serving on %s%s",
@@ -116,18 +122,57 @@ class _DispatcherLoop(PollLoop):
             )
 
     def on_readable(self, sock: zmq.Socket[Any]) -> None:
-        for _ in range(MAX_BATCH):
-            try:
-                frames, user = auth.recv_from(sock, self._access is not None)
-            except zmq.Again:
+        # Without a journal nothing waits for a commit: a group of one
+        # request answers each at once, as soon as it is handled.
+        group_max = GROUP_MAX if self.journal is not None else 1
+        handled = 0
+        while handled < MAX_BATCH:
+            group: list[tuple[list[bytes], str | None]] = []
+            while len(group) < group_max:
+                try:
+                    group.append(auth.recv_from(sock, self._access is not None))
+                except zmq.Again:
+                    break
+            if not group:
                 return
-            self._send(self._handle(frames, user))
+            self._send(self._handle_group(group))
+            handled += len(group)
 
-    def _handle(self, frames: list[bytes], user: str | None) -> list[Outgoing]:
-        """The replies to one message from the CURVE key ``user`` (None: plain)."""
+    def _handle_group(
+        self, group: list[tuple[list[bytes], str | None]]
+    ) -> list[Outgoing]:
+        """The replies to a group of messages, each from a CURVE key (None: plain).
+
+        Refusals are made here; the requests are handled by the state as one
+        group (its events kept before it returns). Replies keep the order of
+        the requests.
+        """
+        answers: list[list[Outgoing] | None] = []
+        requests: list[tuple[bytes, m.Message]] = []
+        for frames, user in group:
+            request, refused = self._check(frames, user)
+            answers.append(refused)
+            if request is not None:
+                requests.append(request)
+        handled = iter(self.state.handle_group(requests, time.monotonic()))
+        outgoing: list[Outgoing] = []
+        for (frames, user), refused in zip(group, answers, strict=True):
+            if refused is not None:
+                outgoing += refused
+                continue
+            replies = next(handled)
+            if self._access is not None:
+                replies = self._access.sign(user, frames[0], replies)
+            outgoing += replies
+        return outgoing
+
+    def _check(
+        self, frames: list[bytes], user: str | None
+    ) -> tuple[tuple[bytes, m.Message] | None, list[Outgoing] | None]:
+        """``((peer, request), None)`` for the state, or ``(None, refusal)``."""
         if len(frames) != 2:
             self._bad_input.warning("dropped a %d-frame message", len(frames))
-            return []
+            return None, []
         peer, payload = frames
         limit = self.config.max_pipeline_bytes + REQUEST_OVERHEAD_BYTES
         if len(payload) > limit:  # refused without decoding: no long stall
@@ -139,21 +184,18 @@ class _DispatcherLoop(PollLoop):
                 "embedding it"
             )
             self._bad_input.warning("refused: %s", error.message)
-            return self._refuse(peer, m.peek_request_id(payload), error)
+            return None, self._refuse(peer, m.peek_request_id(payload), error)
         try:
             message = m.decode(payload)
             if self._access is not None:
                 self._access.check(user, message)
         except (InvalidArgumentError, FailedPreconditionError) as error:
             self._bad_input.warning("bad request: %s", error.message)
-            return self._refuse(peer, 0, error)
+            return None, self._refuse(peer, 0, error)
         except PermissionDeniedError as error:
             self._bad_input.warning("refused: %s", error.message)
-            return self._refuse(peer, message.request_id, error)
-        outgoing = self.state.handle(peer, message, time.monotonic())
-        if self._access is None:
-            return outgoing
-        return self._access.sign(user, peer, outgoing)
+            return None, self._refuse(peer, message.request_id, error)
+        return (peer, message), None
 
     def _refuse(
         self, peer: bytes, request_id: int, error: ZmqDataError
@@ -170,22 +212,32 @@ class _DispatcherLoop(PollLoop):
 
     def teardown(self) -> None:
         auth.release(self._keys)
-        if self._journal is not None:
-            self._journal.close()
+        if self.journal is not None:
+            self.journal.close()
 
     def _send(self, outgoing: list[Outgoing]) -> None:
         for peer, message in outgoing:
             self._router.send_multipart([peer, m.encode(message)])
 
 
-def _collect(state: DispatcherState) -> list[Any]:
+def _collect(state: DispatcherState, journal: Journal | None) -> list[Any]:
     """The dispatcher's Prometheus metrics, read at scrape time.
 
     Runs on the metrics thread: only ``len()`` of the tables and int reads,
     which are atomic under the GIL (no iteration over tables the loop changes).
     """
     records = state.records
+    commits = []
+    if journal is not None:
+        commits.append(
+            metrics.counter(
+                "zmqdata_dispatcher_journal_commits",
+                "Journal group commits (one write and one fsync each).",
+                journal.commits,
+            )
+        )
     return [
+        *commits,
         metrics.gauge(
             "zmqdata_dispatcher_workers", "Live workers.", len(records.workers)
         ),
@@ -256,10 +308,10 @@ class DispatchServer:
         port = self.config.metrics_port
         if port is not None and self._metrics is None:
             host = self.config.host if self.config.protocol == "tcp" else "127.0.0.1"
-            state = self._loop.state
+            loop = self._loop
             try:
                 self._metrics = metrics.MetricsServer(
-                    "dispatcher", host, port, lambda: _collect(state)
+                    "dispatcher", host, port, lambda: _collect(loop.state, loop.journal)
                 )
             except BaseException:
                 self._loop.stop()

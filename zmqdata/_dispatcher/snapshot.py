@@ -66,7 +66,7 @@ def load(records: ClusterRecords, data: bytes) -> None:
     if body.get("format") != FORMAT:
         raise ValueError(f"unknown snapshot format {body.get('format')!r}")
     for worker in map(_worker, body["workers"]):
-        records.workers[worker.worker_id] = worker
+        records.add_worker(worker)
     for dataset in map(_dataset, body["datasets"]):
         records.datasets[dataset.dataset_id] = dataset
     for job in map(_job, body["jobs"]):
@@ -74,8 +74,7 @@ def load(records: ClusterRecords, data: bytes) -> None:
     for iteration in map(_iteration, body["iterations"]):
         records.iterations[iteration.iteration_id] = iteration
     for task in map(_task, body["tasks"]):
-        records.tasks[task.task_id] = task
-        records.iterations[task.iteration_id].tasks[task.task_id] = task
+        records.add_task(task)
     for client in map(_client, body["clients"]):
         records.clients[client.client_id] = client
     records.datasets_by_fingerprint = dict(body["by_fingerprint"])

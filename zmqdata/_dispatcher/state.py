@@ -1,13 +1,17 @@
 """The dispatcher's state machine: pure, no sockets, no clock of its own.
 
 ``handle(peer, message, now)`` applies one request and returns the messages to
-send, as ``(peer, message)`` pairs; ``tick(now)`` does the periodic work
-(worker and client liveness, job GC). Tests drive it with a fake clock.
+send, as ``(peer, message)`` pairs; ``handle_group`` does the same for every
+request waiting, with one commit for them all; ``tick(now)`` does the periodic
+work (worker and client liveness, job GC). Tests drive it with a fake clock.
 
 The tables live in ``self.records`` (``records.py``), changed only by events
 passed to ``apply``, which first hands each to the injected ``EventSink`` (in
 fault-tolerant mode ``journal.JournalSink``, which also decides when to
-compact). Request checks are in ``checks.py``, which workers serve which jobs
+compact). Group commit: once a group's requests are applied the sink keeps
+their events (one fsync) before any of their replies is returned; if it
+cannot, the state rolls back to what was kept and every request of the group
+is answered ``UNAVAILABLE``. Request checks are in ``checks.py``, which workers serve which jobs
 in ``placement.py``, DYNAMIC splits in ``splits.py``, task definitions and
 iteration states in ``replies.py``, workers' stats in ``samples.py`` and the
 status in ``status.py``.
@@ -28,7 +32,7 @@ status in ``status.py``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from zmqdata._config import DispatcherConfig
@@ -37,6 +41,7 @@ from zmqdata._dispatcher import checks, model, placement, replies, samples, stat
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
+from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import (
@@ -79,6 +84,10 @@ class DispatcherState:
         self._sink: EventSink = NoJournal() if sink is None else sink
         self.records = self._sink.restore(now)
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
+        self._liveness_due = float("-inf")  # next scan for silent peers (the same)
+        self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
+        self._left_seen: dict[tuple[str, int], float] = {}
+        """When each peer that left in this group was last seen (for a roll back)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.requests_total = 0
@@ -98,10 +107,26 @@ class DispatcherState:
         }
 
     def apply(self, event: ev.Event) -> None:
-        """Hands the event to the sink (the journal: fsync'ed), then applies it."""
-        self._sink.append(event)  # raises UnavailableError if it cannot
+        """Hands the event to the sink (kept at the group's commit), then applies it."""
+        self._sink.append(event)
+        if isinstance(event, ev.WorkerRemoved | ev.ClientReleased):
+            self._leaving(event)
         self.records.apply(event)
-        self._sink.applied(self.records)
+
+    def _leaving(self, event: ev.WorkerRemoved | ev.ClientReleased) -> None:
+        """Remembers when a leaving peer was last seen (for a roll back).
+
+        A leaving worker's stats go.
+        """
+        if isinstance(event, ev.WorkerRemoved):
+            worker = self.records.workers.get(event.worker_id)
+            self.worker_samples.pop(event.worker_id, None)
+            if worker is not None:
+                self._left_seen[("worker", event.worker_id)] = worker.last_seen
+        else:
+            client = self.records.clients.get(event.client_id)
+            if client is not None:
+                self._left_seen[("client", event.client_id)] = client.last_seen
 
     def status(self) -> dict[str, Any]:
         """What ``service.get_status`` and ``zmqdata status`` show."""
@@ -110,7 +135,72 @@ class DispatcherState:
     # ------------------------------------------------------------ entry points
 
     def handle(self, peer: bytes, message: m.Message, now: float) -> list[Outgoing]:
-        """Applies one request from ``peer``; returns what to send to whom."""
+        """Applies one request from ``peer``; returns what to send to whom.
+
+        Its events are kept (fault-tolerant mode: fsync'ed) before it returns.
+        """
+        [outgoing] = self.handle_group([(peer, message)], now)
+        return outgoing
+
+    def handle_group(
+        self, requests: Sequence[tuple[bytes, m.Message]], now: float
+    ) -> list[list[Outgoing]]:
+        """Group commit: applies every request, then keeps their events at once.
+
+        Only then does it return what to send for each ``(peer, request)``.
+
+        If the events cannot be kept (a full disk), the state rolls back to
+        before the group and every request of it is answered ``UNAVAILABLE``:
+        no reply ever depends on an event that was not kept.
+        """
+        errors, splits = self.errors_total, self.splits_total
+        self._left_seen.clear()
+        outgoing = [self._handle(peer, message, now) for peer, message in requests]
+        try:
+            self._sink.applied(self.records)
+        except UnavailableError as error:
+            self._roll_back(now)
+            self.errors_total = errors + len(requests)
+            self.splits_total = splits
+            self._failed_groups.warning(
+                "%d requests failed: %s", len(requests), error.message
+            )
+            code, text = to_code(error)
+            return [
+                [
+                    (
+                        peer,
+                        m.Error(request_id=message.request_id, code=code, message=text),
+                    )
+                ]
+                for peer, message in requests
+            ]
+        return outgoing
+
+    def _roll_back(self, now: float) -> None:
+        """Back to the records the sink kept, after it failed to keep a group.
+
+        Liveness times are not state: each peer keeps the one it had.
+        """
+        before = self.records
+        self.records = self._sink.restore(now)
+        self._liveness_due = float("-inf")  # scan again: peers may be back
+        for kind, table, old in (
+            ("worker", self.records.workers, before.workers),
+            ("client", self.records.clients, before.clients),
+        ):
+            for key, peer in table.items():
+                if key in old:
+                    peer.last_seen = old[key].last_seen
+                else:
+                    peer.last_seen = self._left_seen.get((kind, key), now)
+        for iteration in self.records.iterations.values():
+            was = before.iterations.get(iteration.iteration_id)
+            if was is not None and was.last_client_released is not None:
+                iteration.last_client_released = was.last_client_released
+
+    def _handle(self, peer: bytes, message: m.Message, now: float) -> list[Outgoing]:
+        """One request of a group: what to send once the group is kept."""
         handler = self._handlers.get(type(message))
         self.requests_total += 1
         try:
@@ -134,14 +224,32 @@ class DispatcherState:
         A journal that cannot be written (a full disk) leaves the state as it
         was; the same work is tried again at the next tick.
         """
+        self._left_seen.clear()
         try:
-            return self._tick(now)
+            outgoing = self._tick(now)
+            self._sink.applied(self.records)
         except UnavailableError as error:
+            self._roll_back(now)
             self.errors_total += 1
             logger.error("dispatcher tick postponed: %s", error)
             return []
+        return outgoing
 
     def _tick(self, now: float) -> list[Outgoing]:
+        if now >= self._liveness_due:
+            self._liveness_due = self._drop_silent(now)
+        if self._gc_due is None or now >= self._gc_due:
+            self._gc_due = now + self.config.job_gc_check_interval_ms / 1000
+            self._collect_iterations(now)
+        return []
+
+    def _drop_silent(self, now: float) -> float:
+        """Drops timed-out workers and clients; returns when the next one can time out.
+
+        Heartbeats only move a peer's time out later and new peers are seen
+        now, so no peer times out before the returned time: ticks until then
+        skip the scan (a tick does not cost O(peers)).
+        """
         records = self.records
         worker_timeout = self.config.worker_timeout_ms / 1000
         for worker in list(records.workers.values()):
@@ -153,12 +261,9 @@ class DispatcherState:
             if now - client.last_seen > client_timeout:
                 logger.info("client %d timed out", client.client_id)
                 self.apply(ev.ClientReleased(client.client_id, now))
-        if self._gc_due is None or now >= self._gc_due:
-            self._gc_due = now + self.config.job_gc_check_interval_ms / 1000
-            self._collect_iterations(now)
-        for worker_id in [w for w in self.worker_samples if w not in records.workers]:
-            del self.worker_samples[worker_id]
-        return []
+        due = [w.last_seen + worker_timeout for w in records.workers.values()]
+        due += [c.last_seen + client_timeout for c in records.clients.values()]
+        return min(due, default=now + min(worker_timeout, client_timeout))
 
     def _collect_iterations(self, now: float) -> None:
         """Job GC: drops unfinished iterations nobody read for ``job_gc_timeout_ms``.
@@ -202,7 +307,9 @@ class DispatcherState:
             return [(peer, self._registered(msg.request_id, same))]
         workers = self.records.workers
         worker_id = self.records.next_id
-        taken = {w.index for w in workers.values() if w.index is not None}
+        taken = set()
+        if self.config.worker_addresses:  # static sharding slots
+            taken = {w.index for w in workers.values() if w.index is not None}
         self.apply(
             ev.WorkerRegistered(
                 worker_id=worker_id,
@@ -235,9 +342,8 @@ class DispatcherState:
         A record with the worker's address but another peer or data address is
         an earlier worker there (one that restarted): it is gone.
         """
-        for old in list(self.records.workers.values()):
-            if old.worker_address != msg.worker_address:
-                continue
+        here = self.records.workers_at.get(msg.worker_address, set())
+        for old in [self.records.workers[i] for i in sorted(here)]:
             if old.peer == peer and old.data_address == msg.data_address:
                 return old
             self.apply(ev.WorkerRemoved(old.worker_id))
@@ -403,9 +509,14 @@ class DispatcherState:
             self._push(self._create_task(iteration_id, worker.worker_id))
             for iteration_id in job.iterations.values()
             if self._running(self.records.iterations[iteration_id])
-            for worker in list(self.records.workers.values())
-            if worker.local_process == local_process
+            for worker in self._workers_in((local_process,))
         ]
+
+    def _workers_in(self, processes: Iterable[str]) -> list[model.Worker]:
+        """The workers in ``processes``, oldest first (an index, not a scan)."""
+        index = self.records.workers_in
+        ids = sorted({i for process in processes for i in index.get(process, ())})
+        return [self.records.workers[i] for i in ids]
 
     # ------------------------------------------------------------ iterations and clients
 
@@ -433,9 +544,12 @@ class DispatcherState:
     def _start(self, iteration: model.Iteration) -> list[Outgoing]:
         """A new iteration's tasks (and coordinated schedule), pushed to workers."""
         job = self.records.jobs[iteration.job_id]
+        candidates = list(self.records.workers.values())
+        if placement.reads_local_processes(job):  # only its consumers' processes
+            candidates = self._workers_in(job.consumer_processes)
         tasks = [
             self._create_task(iteration.iteration_id, worker.worker_id)
-            for worker in list(self.records.workers.values())
+            for worker in candidates
             if placement.serves(job, worker)
         ]
         if job.num_consumers is not None:
