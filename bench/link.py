@@ -104,10 +104,8 @@ def drive(
         rates: dict[str, list[float]] = {str(c): [] for c in COMPRESSIONS}
         tasks: dict[str, list[dict[str, Any]]] = {str(c): [] for c in COMPRESSIONS}
         for _ in range(repeats):
-            for index, compression in enumerate(COMPRESSIONS):
-                # The dispatcher keys datasets by pipeline and keeps the first
-                # registration's compression: the pipelines must differ.
-                ds = zd.Dataset.range(2**62 - index).map(by_reference)
+            for compression in COMPRESSIONS:
+                ds = zd.Dataset.range(2**62).map(by_reference)
                 ds = ds.apply(
                     service.distribute(
                         "parallel_epochs", dispatcher.target, compression=compression

@@ -260,6 +260,31 @@ def test_requested_id_with_a_different_pipeline_is_an_invalid_argument(state):
     assert state.records.datasets["mine"].pipeline == RANGE_10
 
 
+def test_the_same_pipeline_with_another_compression_is_another_dataset(state):
+    def register(compression: str | None, dataset_id: str | None = None) -> m.Message:
+        request = m.GetOrRegisterDataset(
+            request_id=8,
+            pipeline=RANGE_10,
+            compression=compression,
+            dataset_id=dataset_id,
+        )
+        return reply(state, request)
+
+    auto = register("AUTO")
+    plain = register(None)
+    assert isinstance(auto, m.GetOrRegisterDatasetReply)
+    assert isinstance(plain, m.GetOrRegisterDatasetReply)
+    assert auto.dataset_id != plain.dataset_id
+    assert register("AUTO") == auto  # found again, with its own compression
+    datasets = state.records.datasets
+    assert datasets[auto.dataset_id].compression == "AUTO"
+    assert datasets[plain.dataset_id].compression is None
+    refused = register(None, dataset_id=auto.dataset_id)
+    assert isinstance(refused, m.Error)
+    assert refused.code == "INVALID_ARGUMENT"
+    assert "compression='AUTO', not None" in refused.message
+
+
 def test_generated_ids_never_reuse_a_requested_id(state):
     requested = [register_dataset(state, RANGE_10, dataset_id=str(i)) for i in (1, 2)]
     others = [register_dataset(state, pipeline(zd.Dataset.range(n))) for n in (3, 4)]

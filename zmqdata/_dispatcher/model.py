@@ -9,6 +9,15 @@ from zmqdata._dataset.node import Node
 from zmqdata._wire.modes import ShardingPolicy
 
 
+def registration_key(fingerprint: str, compression: str | None) -> str:
+    """What makes two registrations the same dataset: pipeline and compression.
+
+    >>> registration_key("ab12", "AUTO") == registration_key("ab12", None)
+    False
+    """
+    return f"{fingerprint}/{compression}"
+
+
 @dataclass
 class Worker:
     worker_id: int

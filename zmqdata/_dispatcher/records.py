@@ -67,6 +67,7 @@ class ClusterRecords:
         self.workers_in: dict[str, set[int]] = {}
         """Local process -> the ids of the workers in it (an index, for LOCAL reads)."""
         self.datasets_by_fingerprint: dict[str, str] = {}
+        """``model.registration_key`` (pipeline and compression) -> dataset id."""
         self.named_jobs: dict[tuple[str, str], int] = {}
         self.collected_clients: dict[int, int] = {}
         """Client id -> the collected iteration it had read (job GC)."""
@@ -177,7 +178,8 @@ class ClusterRecords:
             e.element_spec,
             **derived(e.pipeline),
         )
-        self.datasets_by_fingerprint.setdefault(e.fingerprint, e.dataset_id)
+        key = model.registration_key(e.fingerprint, e.compression)
+        self.datasets_by_fingerprint.setdefault(key, e.dataset_id)
         if e.dataset_id.isdigit():
             self.next_id = max(self.next_id, int(e.dataset_id) + 1)
 

@@ -406,14 +406,18 @@ class DispatcherState:
     ) -> list[Outgoing]:
         records = self.records
         fingerprint = graph.fingerprint(msg.pipeline)
-        dataset_id = msg.dataset_id or records.datasets_by_fingerprint.get(
-            fingerprint, ""
-        )
+        key = model.registration_key(fingerprint, msg.compression)
+        dataset_id = msg.dataset_id or records.datasets_by_fingerprint.get(key, "")
         existing = records.datasets.get(dataset_id)
         if existing is not None and existing.fingerprint != fingerprint:
             raise InvalidArgumentError(
                 f"dataset id {dataset_id!r} is already registered with a different "
                 "pipeline; datasets with the same id must be the same pipeline"
+            )
+        if existing is not None and existing.compression != msg.compression:
+            raise InvalidArgumentError(
+                f"dataset id {dataset_id!r} is already registered with compression="
+                f"{existing.compression!r}, not {msg.compression!r}"
             )
         if existing is None:
             graph.deserialize(msg.pipeline, load_functions=False)  # reject garbage
