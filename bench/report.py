@@ -226,6 +226,84 @@ def _memory(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _row(workload: str, value: str, baseline: str, ratio: str, target: str) -> Row:
+    """A row of a section with no tf.data anchor."""
+    return (workload, value, baseline, ratio, NONE, NONE, target)
+
+
+def _shm(r: dict[str, Any]) -> list[Row]:
+    shared, tcp = r["shm"], r["tcp"]
+    return [
+        _row(
+            "same host, 9.6 MB batches: trainer CPU s per 1,000, shared memory vs tcp",
+            f"{shared['cpu_s_per_1k']:.4f} s ({number(shared['el_s'])} el/s)",
+            f"{tcp['cpu_s_per_1k']:.4f} s ({number(tcp['el_s'])} el/s)",
+            times(shared["cpu_s_per_1k"] / tcp["cpu_s_per_1k"]),
+            NONE,
+        )
+    ]
+
+
+def _threads(r: dict[str, Any]) -> list[Row]:
+    auto, unlimited = r["auto"], r["none"]
+    return [
+        _row(
+            f"numpy map ({r['matmuls']} matmuls/element): 2 workers vs 1, defaults",
+            f"{number(auto['2'])} el/s",
+            f"1 worker {number(auto['1'])} el/s; pools unlimited: 2 workers "
+            f"{number(unlimited['2'])}, 1 worker {number(unlimited['1'])}",
+            times(auto["speedup"]),
+            f"≥ 1.8x {mark(auto['speedup'] >= 1.8)}",
+        )
+    ]
+
+
+def _link(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for name, case in r.items():
+        ratio = case["auto_over_none"]
+        fast = name == "loopback"
+        target = f"≥ 0.95x {mark(ratio >= 0.95)}" if fast else f"> 1x {mark(ratio > 1)}"
+        rows.append(
+            _row(
+                f"compression AUTO vs None, {'tcp loopback' if fast else 'slow veth'}",
+                f"{number(case['auto_el_s'])} el/s",
+                f"None {number(case['none_el_s'])} el/s",
+                times(ratio),
+                target,
+            )
+        )
+    return rows
+
+
+def _control(r: dict[str, Any]) -> list[Row]:
+    peers_n = r["peers"]
+    return [
+        _row(
+            f"{peers_n:,} workers + {peers_n:,} consumers: p99 of a {what}",
+            f"{r[f'{kind}_p99_ms']:.1f} ms (p50 {r[f'{kind}_p50_ms']:.1f} ms)",
+            f"dispatcher CPU {float(r['dispatcher_cpu']):.2f} s/s",
+            NONE,
+            f"< 20 ms {mark(r[f'{kind}_p99_ms'] < 20)}",
+        )
+        for what, kind in (("consumer heartbeat", "consumer"), ("GetSplit", "split"))
+    ]
+
+
+def _journal(r: dict[str, Any]) -> list[Row]:
+    many, one = r["concurrent"], r["sequential"]
+    return [
+        _row(
+            f"fault-tolerant splits, fsync before reply, {many['requesters']} requesters",
+            f"{number(many['splits_per_s'])} splits/s "
+            f"({number(many['commits_per_s'])} fsyncs/s, p99 {many['p99_ms']:.1f} ms)",
+            f"1 requester {number(one['splits_per_s'])} splits/s",
+            NONE,
+            f"≥ 20,000/s {mark(many['splits_per_s'] >= 20_000)}",
+        )
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "W1": _w1,
     "W2": _w2,
@@ -237,6 +315,11 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "memory": _memory,
     "images": lambda r: peers.rows("images", r),
     "text": lambda r: peers.rows("text", r),
+    "shm": _shm,
+    "threads": _threads,
+    "link": _link,
+    "control": _control,
+    "journal": _journal,
 }
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from bench import peers, plots, report, scaling, workloads
+from bench import control, link, peers, plots, report, scaling, shm, threads, workloads
 from bench.common import ROOT, Bench, Stat, busy_cores, sizes_for
 
 SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
@@ -54,6 +54,11 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "cpu": scaling.client_cpu,
     "memory": scaling.client_memory,
     "sweep": scaling.size_sweep,
+    "shm": shm.shared_memory,
+    "threads": threads.numpy_workers,
+    "link": link.link,
+    "control": control.control,
+    "journal": control.journal,
 }
 DEFAULT_OUT = Path(ROOT, "bench", "results", "latest.json")
 DOCS_IMG = Path(ROOT, "docs", "img")

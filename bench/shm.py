@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import zmqdata as zd
-from bench.common import cluster, distributed
+from bench.common import Bench, Stat, cluster, distributed
 
 SHAPE = (64, 112, 112, 3)
 
@@ -59,6 +59,28 @@ def epoch(
     if seen != batches * SHAPE[0]:
         raise RuntimeError(f"read {seen} elements, expected {batches * SHAPE[0]}")
     return cpu / seen * 1000, seen / wall
+
+
+def shared_memory(bench: Bench, batches: int = 150) -> dict[str, Any]:
+    """The bench/run.py section: shared memory vs tcp, medians of ``bench.repeats``."""
+    batches = 30 if bench.quick else batches
+    runs: dict[str, list[tuple[float, float]]] = {"shm": [], "tcp": []}
+    with cluster(2) as target:
+        epoch(target, 20, shared=True)  # warm up both workers
+        for _ in range(bench.repeats):
+            for name, done in runs.items():
+                done.append(epoch(target, batches, name == "shm"))
+    os.environ.pop("ZMQDATA_SHARED_MEMORY", None)
+    return {
+        "batches": batches,
+        **{
+            name: {
+                "cpu_s_per_1k": Stat(run[0] for run in done),
+                "el_s": Stat(run[1] for run in done),
+            }
+            for name, done in runs.items()
+        },
+    }
 
 
 def main() -> None:
