@@ -163,6 +163,25 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+SHARED_MEMORY_ENV = "ZMQDATA_SHARED_MEMORY"
+
+
+@contextmanager
+def transport(path: str) -> Iterator[None]:
+    """Reads started in this block take ``path``: ``"shm"`` (the default: same-host
+    shared memory) or ``"tcp"`` (``ZMQDATA_SHARED_MEMORY=0``: the socket path a
+    remote trainer takes), for this process and the processes it starts."""
+    before = os.environ.get(SHARED_MEMORY_ENV)
+    os.environ[SHARED_MEMORY_ENV] = "1" if path == "shm" else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SHARED_MEMORY_ENV)
+        else:
+            os.environ[SHARED_MEMORY_ENV] = before
+
+
 @contextmanager
 def cluster(num_workers: int) -> Iterator[str]:
     """An in-process dispatcher with ``num_workers`` worker processes; its target."""

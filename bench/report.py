@@ -97,17 +97,21 @@ def _w3(r: dict[str, Any]) -> list[Row]:
     rows = []
     for case in r["cases"].values():
         size, compression = case["size"], case["compression"]
+        path = case.get("path", "tcp")
         z, raw, memcpy = case["zmqdata_mb_s"], case["raw_mb_s"], case["memcpy_mb_s"]
-        tf = TF_W3_MB_S.get((size, compression))
+        tf = TF_W3_MB_S.get((size, compression)) if path == "tcp" else None
         target = NONE
-        if (size, compression) == (4 * MIB, None) and tf:
+        if (size, compression, path) == (4 * MIB, None, "tcp") and tf:
             target = (
                 f"≥ {TARGET_W3_VS_TF:.0f}x tf.data {mark(z / tf >= TARGET_W3_VS_TF)}, "
                 f"≥ {TARGET_W3_VS_RAW:.0%} raw {mark(z / raw >= TARGET_W3_VS_RAW)}"
             )
+        if (size, compression, path) == (64 * MIB, None, "tcp"):
+            target = f"≥ 90% raw {mark(z / raw >= 0.9)}"
+        over = "tcp" if path == "tcp" else "same-host shared memory"
         rows.append(
             (
-                f"W3 {format_bytes(size)} float32 noise, compression={compression}",
+                f"W3 {format_bytes(size)} float32 noise, {compression=}, {over}",
                 f"{number(z)} MB/s",
                 (
                     f"raw pyzmq tcp zero-copy {number(raw)} MB/s; memcpy "
@@ -408,8 +412,14 @@ def _sweep_detail(r: dict[str, Any]) -> str:
 
 DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "scaling": ("CPU-bound pipeline (W4's) against worker processes", _workers_detail),
-    "cpu": ("Consumer-process CPU per element (compression=None)", _cpu_detail),
-    "memory": ("Consumer-process peak RSS growth, 4 MiB elements", _memory_detail),
+    "cpu": (
+        "Consumer-process CPU per element (compression=None, same-host defaults)",
+        _cpu_detail,
+    ),
+    "memory": (
+        "Consumer-process peak RSS growth, 4 MiB elements, over tcp",
+        _memory_detail,
+    ),
     "sweep": ("Throughput against element size, one worker", _sweep_detail),
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
@@ -437,7 +447,8 @@ def headlines(results: dict[str, Any]) -> dict[str, float]:
     if "W2" in results:
         out["W2 batches/s"] = results["W2"]["zmqdata_batches_s"]
     for case in results.get("W3", {}).get("cases", {}).values():
-        key = f"W3 {format_bytes(case['size'])} {case['compression']} MB/s"
+        path = "" if case.get("path", "tcp") == "tcp" else " shm"
+        key = f"W3 {format_bytes(case['size'])} {case['compression']}{path} MB/s"
         out[key] = case["zmqdata_mb_s"]
     if "W4" in results:
         for workers, rate in results["W4"]["workers_el_s"].items():

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import raw
 from bench.anchors import MEMORY_CONSTANT_MIB, MIB
-from bench.common import Bench, Stat, subprocess_env
+from bench.common import Bench, Stat, subprocess_env, transport
 from bench.workloads import cpu_el_s, cpu_pipeline, transfer_mb_s
 
 CONSUMER = str(Path(__file__).resolve().parent / "consumer.py")
@@ -80,20 +80,23 @@ def client_cpu(bench: Bench) -> dict[str, Any]:
 
 
 def client_memory(bench: Bench) -> dict[str, Any]:
+    """Peak RSS growth of a consumer process over tcp (over shared memory the
+    elements are mappings of ``/dev/shm``, not the consumer's own memory)."""
     size, count = bench.sizes.memory_size, bench.sizes.memory_count
     points = []
     for outstanding in bench.sizes.memory_outstanding:
-        samples = [
-            consume(
-                bench,
-                size,
-                count,
-                "--memory",
-                "--max-outstanding",
-                str(outstanding),
-            )["peak_growth_mib"]
-            for _ in range(min(bench.repeats, 3))
-        ]
+        with transport("tcp"):
+            samples = [
+                consume(
+                    bench,
+                    size,
+                    count,
+                    "--memory",
+                    "--max-outstanding",
+                    str(outstanding),
+                )["peak_growth_mib"]
+                for _ in range(min(bench.repeats, 3))
+            ]
         window = size * outstanding / MIB
         points.append(
             {

@@ -30,6 +30,7 @@ from bench.common import (
     drain,
     latency_passes,
     per_second,
+    transport,
 )
 
 
@@ -84,31 +85,42 @@ def noise(size: int) -> np.ndarray[Any, Any]:
     return np.random.default_rng(0).standard_normal(size // 4, dtype=np.float32)
 
 
-def transfer_mb_s(bench: Bench, size: int, compression: str | None) -> Stat:
-    """MB/s of ``size``-byte float32 tensors from the shared worker to this process."""
+def transfer_mb_s(
+    bench: Bench, size: int, compression: str | None, path: str = "tcp"
+) -> Stat:
+    """MB/s of ``size``-byte float32 tensors from the shared worker to this
+    process, over ``path`` (see ``common.transport``)."""
 
     def compute() -> Stat:
         count = bench.sizes.count_for(size)
         ds = zd.Dataset.from_tensors(noise(size)).repeat(count)
         remote = distributed(ds, bench.target(), compression=compression)
-        return bench.measure(
-            per_second(count * size / 1e6, lambda: drain(remote, count))
-        )
+        with transport(path):
+            return bench.measure(
+                per_second(count * size / 1e6, lambda: drain(remote, count))
+            )
 
-    return bench.memo(("zmqdata", size, compression), compute)
+    return bench.memo(("zmqdata", size, compression, path), compute)
+
+
+W3_CASES = ((None, "tcp"), ("AUTO", "tcp"), (None, "shm"))
+"""(compression, path): tcp is the transport against raw pyzmq tcp; shm is
+what a trainer on the workers' host gets by default."""
 
 
 def w3_big_tensors(bench: Bench) -> dict[str, Any]:
-    """4 MiB and 64 MiB float32 tensors, with and without compression, against
-    raw pyzmq zero-copy PUSH/PULL of the same bytes and memcpy."""
+    """4 MiB and 64 MiB float32 tensors, with and without compression, over tcp
+    and over same-host shared memory, against raw pyzmq zero-copy PUSH/PULL of
+    the same bytes and memcpy."""
     cases = {}
     for size in bench.sizes.w3_sizes:
-        for compression in (None, "AUTO"):
-            cases[f"{size}/{compression}"] = {
+        for compression, path in W3_CASES:
+            cases[f"{size}/{compression}/{path}"] = {
                 "size": size,
                 "compression": compression,
+                "path": path,
                 "count": bench.sizes.count_for(size),
-                "zmqdata_mb_s": transfer_mb_s(bench, size, compression),
+                "zmqdata_mb_s": transfer_mb_s(bench, size, compression, path),
                 "raw_mb_s": raw.push_pull_mb_s(bench, size),
                 "memcpy_mb_s": raw.memcpy_mb_s(bench, size),
             }
