@@ -198,9 +198,19 @@ def cluster(num_workers: int) -> Iterator[str]:
         )
         for _ in range(num_workers)
     ]
+    with serving(dispatcher, procs) as target:
+        yield target
+
+
+@contextmanager
+def serving(
+    dispatcher: service.DispatchServer, procs: list[subprocess.Popen[Any]]
+) -> Iterator[str]:
+    """``dispatcher``'s target once every worker process in ``procs`` registered
+    (60 s at most); stops them all on the way out."""
     try:
         deadline = time.monotonic() + 60
-        while len(service.get_status(dispatcher.target)["workers"]) < num_workers:
+        while len(service.get_status(dispatcher.target)["workers"]) < len(procs):
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not register within 60 s")
             time.sleep(0.05)

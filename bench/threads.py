@@ -18,7 +18,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,8 +34,8 @@ from bench.common import (
     distributed,
     drain,
     per_second,
+    serving,
     sizes_for,
-    stop_processes,
     subprocess_env,
 )
 from zmqdata import service
@@ -68,16 +67,8 @@ def cli_workers(num_workers: int, threads: str | None) -> Iterator[str]:
         subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         for _ in range(num_workers)
     ]
-    try:
-        deadline = time.monotonic() + 60
-        while len(service.get_status(dispatcher.target)["workers"]) < num_workers:
-            if time.monotonic() > deadline:
-                raise RuntimeError("workers did not register within 60 s")
-            time.sleep(0.05)
-        yield dispatcher.target
-    finally:
-        stop_processes(procs)
-        dispatcher.stop()
+    with serving(dispatcher, procs) as target:
+        yield target
 
 
 def el_s(bench: Bench, workers: int, threads: str | None, elements: int) -> Stat:
