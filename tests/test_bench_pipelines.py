@@ -6,17 +6,11 @@ No timing here (bench/peers.py measures); the peers' tables render from figures.
 from __future__ import annotations
 
 import doctest
-import importlib.util
 
 import numpy as np
-import pytest
 
 from bench import peers, pipelines
 from bench.common import Stat
-
-needs_pillow = pytest.mark.skipif(
-    importlib.util.find_spec("PIL") is None, reason="Pillow is in the bench extra"
-)
 
 
 def _contents(paths: list[str], mode: str = "r") -> list[str | bytes]:
@@ -27,12 +21,10 @@ def _contents(paths: list[str], mode: str = "r") -> list[str | bytes]:
     return contents
 
 
-@needs_pillow
 def test_the_module_examples_hold():
     assert doctest.testmod(pipelines).failed == 0
 
 
-@needs_pillow
 def test_images_are_made_once_the_same_and_augmented_by_their_name(tmp_path):
     first = pipelines.make_images(tmp_path / "a", 4, seed=3)
     again = pipelines.make_images(tmp_path / "b", 4, seed=3)
