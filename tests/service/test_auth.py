@@ -296,9 +296,11 @@ def test_a_reset_mid_handshake_is_retried_not_denied(resetter: _Resetter) -> Non
 def test_a_plain_call_to_a_resetting_peer_is_unavailable_not_denied(
     resetter: _Resetter,
 ) -> None:
-    with pytest.raises(errors.UnavailableError, match="no answer"):
+    with pytest.raises(errors.UnavailableError, match="no answer") as raised:
         rpc.call(resetter.target, m.GetStatus(), m.GetStatusReply, 0.5)
     assert resetter.resets >= 2
+    if resetter.read_first:  # closed mid-handshake, as a CURVE server may do
+        assert "requires authentication" in raised.value.message
 
 
 def test_rejected_keys_are_logged_with_the_peer_address(

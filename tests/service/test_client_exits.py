@@ -6,6 +6,7 @@ the field: the reader's threads are the only zmqdata threads it has.
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -87,8 +88,32 @@ def _time_to_exit(
     start = time.monotonic()
     if interrupt:
         proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    try:
+        _, stderr = proc.communicate(timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        state = _where(proc.pid)
+        proc.kill()
+        _, stderr = proc.communicate()
+        raise AssertionError(
+            f"the child did not exit in {CHILD_TIMEOUT_S} s: {state}\n{stderr}"
+        ) from None
     return time.monotonic() - start, proc, stderr
+
+
+def _where(pid: int) -> str:
+    """A hung child's signal masks and where each of its threads waits (Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            masks = [line.strip() for line in status if line.startswith("Sig")]
+        waits = []
+        for task in sorted(os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{task}/comm") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{task}/wchan") as wchan:
+                waits.append(f"{name}:{wchan.read().strip()}")
+    except OSError as error:
+        return f"(no /proc view: {error})"
+    return f"{masks} threads {waits}"
 
 
 @pytest.mark.parametrize("variant", ["plain", "prefetch"])

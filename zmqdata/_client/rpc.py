@@ -73,7 +73,7 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
                 )
         raise UnavailableError(
             f"no answer from {target} to {request.TYPE!r} within "
-            f"{timeout_s:g} s: {reach.diagnose(target)}"
+            f"{timeout_s:g} s: {reach.diagnose(target)}{auth.closed_hint(monitor)}"
         )
     finally:
         auth.close_monitor(sock, monitor)
