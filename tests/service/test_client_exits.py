@@ -27,8 +27,13 @@ FAST_S = 1.0
 CHILD_TIMEOUT_S = 30.0
 
 _TRAINER = """
+import signal
 import sys
 import zmqdata as zd
+
+# Ctrl-C raises KeyboardInterrupt, as in a terminal, even when the suite runs
+# as a background job (which starts with SIGINT ignored, and so would we).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from zmqdata import service
 
 ds = zd.Dataset.range(10**9).apply(service.distribute("parallel_epochs", sys.argv[1]))
