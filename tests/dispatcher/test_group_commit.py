@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
 import zmqdata as zd
-from tests.dispatcher.splits import next_split_request
+from tests.dispatcher.splits import (
+    ask_split,
+    fake_workers_of_an_iteration,
+    next_split_request,
+    recv,
+)
 from tests.dispatcher.test_replay import tables
 from zmqdata import service
 from zmqdata._config import DispatcherConfig
@@ -197,49 +201,19 @@ def test_the_server_sends_a_split_only_after_its_record_is_fsynced(
     server = service.DispatchServer(config, start=False)
     recorder = _Recorder(server._loop)
     monkeypatch.setattr(journal_module.os, "fsync", recorder.fsync(os.fsync))
-    context = zmq.Context.instance()
-    sockets = []
     with server:
         server.start()
-        target = server.target
         dataset_id = service.register_dataset(
-            target, zd.Dataset.range(ELEMENTS), compression=None
+            server.target, zd.Dataset.range(ELEMENTS), compression=None
         )
-        for i in range(16):
-            sock = context.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(target)
-            sockets.append(sock)
-            address = f"h:{7000 + i}"
-            register = m.RegisterWorker(
-                request_id=1, worker_address=address, data_address=f"tcp://{address}"
-            )
-            sock.send(m.encode(register))
-            assert isinstance(m.decode(sock.recv()), m.RegisterWorkerReply)
-        client = sockets[0]
-        job = m.GetOrCreateJob(dataset_id=dataset_id, processing_mode=DYNAMIC)
-        client.send(m.encode(job))
-        job_id = m.decode(client.recv()).job_id
-        client.send(m.encode(m.GetOrCreateIteration(job_id=job_id, repetition=0)))
-        state = m.decode(client.recv())
-        while not isinstance(state, m.IterationState):  # pushed tasks first
-            state = m.decode(client.recv())
+        sockets, state = fake_workers_of_an_iteration(server.target, dataset_id, 16)
         task_ids = [task["task_id"] for task in state.tasks]
         got: list[int] = []
         for request_id in range(1, 5):  # 4 rounds of 16 concurrent requests
             for sock, task_id in zip(sockets, task_ids, strict=True):
-                split = m.GetSplit(
-                    request_id=request_id,
-                    iteration_id=state.iteration_id,
-                    repetition=0,
-                    task_id=task_id,
-                )
-                sock.send(m.encode(split))
+                ask_split(sock, state.iteration_id, task_id, request_id)
             for sock in sockets:
-                reply = m.decode(sock.recv())
-                while not isinstance(reply, m.GetSplitReply):
-                    reply = m.decode(sock.recv())
-                got.append(reply.splits[0][0] // SIZE)
+                got.append(recv(sock, m.GetSplitReply).splits[0][0] // SIZE)
     for sock in sockets:
         sock.close()
     assert sorted(got) == list(range(64))

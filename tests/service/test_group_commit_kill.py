@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import signal
 from contextlib import ExitStack
-from typing import Any
 
 import pytest
-import zmq
 
 import zmqdata as zd
 from tests.cli.procs import zmqdata
+from tests.dispatcher.splits import ask_split, fake_workers_of_an_iteration, recv
 from tests.service.cluster import free_port
 from zmqdata import service
 from zmqdata._dispatcher import events as ev
@@ -26,27 +25,14 @@ from zmqdata._wire import messages as m
 
 pytestmark = pytest.mark.timeout(60)
 
-DYNAMIC = 1
 ELEMENTS = 1_000_000
 WORKERS = 32
-
-
-def recv(sock: zmq.Socket[Any], kind: type[m.Message]) -> Any:
-    """The next message of ``kind`` (pushed tasks are skipped)."""
-    assert sock.poll(10_000), f"no {kind.__name__} within 10 s"
-    message = m.decode(sock.recv())
-    while not isinstance(message, kind):
-        assert not isinstance(message, m.Error), message
-        assert sock.poll(10_000), f"no {kind.__name__} within 10 s"
-        message = m.decode(sock.recv())
-    return message
 
 
 def test_every_split_received_before_a_kill_9_is_in_the_journal(tmp_path):
     port = free_port()
     work_dir = str(tmp_path / "state")
     target = f"tcp://127.0.0.1:{port}"
-    context = zmq.Context.instance()
     with ExitStack() as stack:
         args = ("--port", str(port), "--fault-tolerant", "--work-dir", work_dir)
         dispatcher = stack.enter_context(zmqdata("dispatcher", *args))
@@ -54,45 +40,19 @@ def test_every_split_received_before_a_kill_9_is_in_the_journal(tmp_path):
         dataset_id = service.register_dataset(
             target, zd.Dataset.range(ELEMENTS), compression=None
         )
-        sockets = []
-        for i in range(WORKERS):
-            sock = context.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
+        sockets, state = fake_workers_of_an_iteration(target, dataset_id, WORKERS)
+        for sock in sockets:
             stack.callback(sock.close)
-            sock.connect(target)
-            sockets.append(sock)
-            address = f"h:{7000 + i}"
-            register = m.RegisterWorker(
-                request_id=1, worker_address=address, data_address=f"tcp://{address}"
-            )
-            sock.send(m.encode(register))
-            recv(sock, m.RegisterWorkerReply)
-        client = sockets[0]
-        job = m.GetOrCreateJob(dataset_id=dataset_id, processing_mode=DYNAMIC)
-        client.send(m.encode(job))
-        job_id = recv(client, m.GetOrCreateJobReply).job_id
-        client.send(m.encode(m.GetOrCreateIteration(job_id=job_id, repetition=0)))
-        state = recv(client, m.IterationState)
         tasks = [task["task_id"] for task in state.tasks]
         assert len(tasks) == WORKERS
-
-        def ask(sock: zmq.Socket[Any], task_id: int, request_id: int) -> None:
-            split = m.GetSplit(
-                request_id=request_id,
-                iteration_id=state.iteration_id,
-                repetition=0,
-                task_id=task_id,
-            )
-            sock.send(m.encode(split))
-
         received: list[int] = []
         for request_id in range(1, 11):
             for sock, task_id in zip(sockets, tasks, strict=True):
-                ask(sock, task_id, request_id)
+                ask_split(sock, state.iteration_id, task_id, request_id)
             for sock in sockets:
                 received.append(recv(sock, m.GetSplitReply).splits[0][0])
         for sock, task_id in zip(sockets, tasks, strict=True):
-            ask(sock, task_id, 11)  # in flight at the kill
+            ask_split(sock, state.iteration_id, task_id, 11)  # in flight at the kill
         received.append(recv(sockets[0], m.GetSplitReply).splits[0][0])
         dispatcher.stop(signal.SIGKILL)
     size = split_size(ELEMENTS)
