@@ -200,13 +200,13 @@ def encode_shared(
     header, buffers = _encode(elements, None, None)
     if not buffers:
         return [_pack(header)]
+    views = [byte_view(buffer) for buffer in buffers]
     spans: list[tuple[int, int]] = []
     end = 0
-    for buffer in buffers:
+    for view in views:
         offset = -(-end // SEGMENT_ALIGN) * SEGMENT_ALIGN
-        spans.append((offset, byte_view(buffer).nbytes))
-        end = offset + spans[-1][1]
-    views = [byte_view(buffer) for buffer in buffers]
+        spans.append((offset, view.nbytes))
+        end = offset + view.nbytes
     parts = [(offset, view) for (offset, _), view in zip(spans, views, strict=True)]
     name = store(end, parts)
     if name is None:

@@ -149,7 +149,7 @@ class SharedServing:
                 shm.recycle(name, sent[1], now)
         self.last_same_host = self.same_host(request)
         if share is not None:
-            share.note(self.last_same_host, clock.now())
+            share.note(self.last_same_host, now)
 
     def frames_for(self, item: Raw | Encoded, request: m.GetElements) -> list[Any]:
         """The frames that send ``item`` (an ``Encoded``) to ``request``'s reader.
