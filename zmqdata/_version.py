@@ -1,7 +1,7 @@
 """Package and wire-protocol versions."""
 
 __version__ = "0.1.0"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """3: split requests ask for several splits at once (``max_splits``).
 2: numbered split requests, idempotency keys, read tickets.
 Peers of another version are refused with a message naming both versions."""

@@ -150,8 +150,11 @@ class GetSplit(Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GetSplitReply(Message):
     TYPE: ClassVar[str] = "get_split_reply"
-    splits: list[Any] = field(default_factory=list)
-    """One or more consecutive splits (none with ``end_of_splits``)."""
+    splits: list[list[int]] = field(default_factory=list)
+    """One or more splits ``[repetition, lo, hi]``: source elements ``lo`` to
+    ``hi`` (excluded; files by position) of that repetition. Consecutive new
+    splits, or parts of splits handed out again (a lost worker's); none with
+    ``end_of_splits``, none without it: nothing to hand out now, ask again."""
     end_of_splits: bool = False
     repetition: int = 0
     """The repetition the dispatcher is handing out splits of now."""
@@ -212,6 +215,9 @@ class GetOrCreateJob(Message):
     num_consumers: int | None = None
     target_workers: str = "AUTO"
     cross_trainer_cache: bool = False
+    exactly_once: bool = True
+    """DYNAMIC: track every element, so a lost worker's undelivered elements
+    are handed out again (docs/reliability.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,6 +237,9 @@ class GetOrCreateIteration(Message):
     job_id: int
     repetition: int
     request_key: bytes = field(default_factory=request_key)
+    resume: list[int] | None = None
+    """Resuming a saved read: the keys (``lineage``, flat ranges) its consumer
+    had consumed; a new iteration hands out only the others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -249,6 +258,9 @@ class IterationState(Message):
     """Coordinated reads: no round at or past this will ever change schedule."""
     incarnation: str = ""
     """Names the dispatcher's state; a change means it restarted and forgot it."""
+    task_epoch: int = 0
+    """Exactly once: counts the tasks the iteration lost; a consumer echoes the
+    last it applied, which tells the dispatcher it reads none of them any more."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,12 +272,18 @@ class ClientHeartbeat(Message):
     finished_tasks: list[int] = field(default_factory=list)
     current_round: int | None = None
     """Coordinated reads: the highest round this consumer has asked for."""
+    acked: list[list[int]] = field(default_factory=list)
+    """Exactly once: ``[task_id, lo, hi, ...]``, the keys of elements received."""
+    task_epoch: int = 0
+    """Exactly once: the ``IterationState.task_epoch`` this consumer applied."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseIterationClient(Message):
     TYPE: ClassVar[str] = "release_iteration_client"
     client_id: int
+    acked: list[list[int]] = field(default_factory=list)
+    """As ``ClientHeartbeat.acked``: what was received since the last heartbeat."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,6 +337,12 @@ class Elements(Message):
     """Coordinated reads: the rounds of the elements, in order."""
     parts: list[int] = field(default_factory=list)
     """Frame count of each frames-codec message that follows, in order."""
+    lineage: list[int] = field(default_factory=list)
+    """Exactly once: the keys the elements cover, flat ranges in element order
+    (``lineage.Coverage``), then, with ``end_of_sequence``, the keys the task
+    dropped (filtered out, or never read)."""
+    widths: list[int] = field(default_factory=list)
+    """Exactly once: how many keys each element covers, ``[count, width, ...]``."""
 
 
 MESSAGES: dict[str, type[Message]] = {

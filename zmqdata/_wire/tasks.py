@@ -58,6 +58,8 @@ expected bool, got int
     num_consumers: int | None = None
     """Coordinated reads: how many consumers share each round (else None)."""
     cross_trainer_cache: bool = False
+    exactly_once: bool = False
+    """DYNAMIC: tell readers what each element covers (``_wire/lineage.py``)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The map a control message carries."""
