@@ -22,6 +22,13 @@ Who reads what:
   consumer of the job, so give the job a ``job_name`` shared by all of them and
   use ``"distributed_epoch"`` to read every element once overall.
 
+Checkpoints: ``state_dict()`` / ``load_state_dict()`` (the stateful data
+loader convention) save and restore the position of the read running in this
+process, so a training loop checkpoints its input with its model and resumes
+mid-epoch (``examples/resume_training.py``). Read with ``num_workers=0``
+(the service does the parallel work), or with torchdata's
+``StatefulDataLoader``, which asks each ``DataLoader`` worker.
+
 A full example is ``IterableDataset``'s docstring and ``docs/frameworks.md``.
 """
 
@@ -203,6 +210,10 @@ def _make_class() -> type:
             self.shard = shard
             # A spawn-context value also works in forked workers (nothing is
             # pickled there), while a fork-context one cannot reach spawned ones.
+            self._live: Any = None
+            """The iterator of the pass running in this process (its position)."""
+            self._resume_from: bytes | None = None
+            """A position from ``load_state_dict`` the next pass starts at."""
             self.passes = multiprocessing.get_context("spawn").Value("q", 0)
             """Passes started by every reader of this adapter, shared across the
             ``DataLoader``'s worker processes (also when fresh ones start each
@@ -249,12 +260,43 @@ def _make_class() -> type:
             shard = self.shard_of(dataset)
             if shard is not None:
                 dataset = dataset.shard(*shard)
-            for element in dataset:
-                yield _convert(element)
+            with iter(dataset) as iterator:
+                if self._resume_from is not None:
+                    iterator.restore(self._resume_from)
+                    self._resume_from = None
+                self._live = iterator
+                try:
+                    for element in iterator:
+                        yield _convert(element)
+                finally:
+                    self._live = None
+
+        def state_dict(self) -> dict[str, Any]:
+            """The position of the pass running in this process, to checkpoint.
+
+            ``{"position": bytes}`` (``None`` between passes: the next starts
+            afresh). A service read can save its position under
+            ``distributed_epoch`` without ``job_name`` (docs/modes.md); ops
+            that run ahead on threads (``prefetch``) cannot.
+            """
+            if self._live is not None:
+                return {"position": self._live.save()}
+            return {"position": self._resume_from}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """The next pass resumes from ``state_dict`` (from ``state_dict()``)."""
+            position = state_dict.get("position") if isinstance(state_dict, dict) else 0
+            if position is not None and not isinstance(position, bytes):
+                raise TypeError(
+                    "load_state_dict needs the dict state_dict() returned, got "
+                    f"{state_dict!r:.80}"
+                )
+            self._resume_from = position
 
         def __getstate__(self) -> dict[str, Any]:
             state = dict(self.__dict__)
             state["source"] = _dump(self.source)
+            state["_live"] = None
             return state
 
         def __setstate__(self, state: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from zmqdata._client import rpc, settings
 from zmqdata._client.core import ReadOptions
-from zmqdata._client.reader import DistributedIterator
+from zmqdata._client.reader import DistributedIterator, open_job
 from zmqdata._dataset import graph
 from zmqdata._dataset.constants import (
     AUTOTUNE,
@@ -23,7 +23,7 @@ from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op
 from zmqdata._dataset.specs import decode_spec, encode_spec
-from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
+from zmqdata._runtime.process import LOCAL_WORKERS
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import parse_target
 from zmqdata._wire.modes import ShardingPolicy
@@ -171,8 +171,11 @@ def _read_args(
     data_transfer_protocol: Any,
     cross_trainer_cache: Any,
     target_workers: Any,
+    exactly_once: Any,
 ) -> dict[str, Any]:
     """Validates the reading arguments shared by distribute and from_dataset_id."""
+    if not isinstance(exactly_once, bool):
+        raise TypeError(f"exactly_once must be a bool, got {exactly_once!r}")
     mode = _processing_mode(processing_mode)
     target = parse_target(service)
     job_name = _job_name(job_name)
@@ -189,6 +192,7 @@ def _read_args(
         "trainer_id": _trainer_id(
             cross_trainer_cache, job_name, num_consumers is not None
         ),
+        "exactly_once": exactly_once,
     }
     return read
 
@@ -240,6 +244,7 @@ def from_dataset_id(
     data_transfer_protocol: str | None = None,
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
+    exactly_once: bool = True,
 ) -> Dataset:
     """A dataset reading the registered dataset ``dataset_id`` from the service.
 
@@ -250,7 +255,7 @@ def from_dataset_id(
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
-        target_workers,
+        target_workers, exactly_once,
     )  # fmt: skip
     if not isinstance(dataset_id, str) or not dataset_id:
         raise ValueError(f"dataset_id must be a non-empty str, got {dataset_id!r}")
@@ -282,11 +287,14 @@ def distribute(
     compression: str | None = "AUTO",
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
+    exactly_once: bool = True,
 ) -> Callable[[Dataset], Dataset]:
     """A transformation that runs the dataset so far on the service's workers.
 
     Use with ``Dataset.apply``: ops before it run on workers, ops after it run
-    in the consumer.
+    in the consumer. ``exactly_once`` (``distributed_epoch``): every element
+    is tracked, so what a lost worker had not delivered is produced again,
+    and the read can save and resume its position (docs/modes.md).
 
     >>> import zmqdata as zd
     >>> from zmqdata import service
@@ -301,7 +309,7 @@ def distribute(
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
-        target_workers,
+        target_workers, exactly_once,
     )  # fmt: skip
     compression = _compression(compression)
 
@@ -364,6 +372,7 @@ class DataService(Op):
             consumer_index=args["consumer_index"],
             num_consumers=args["num_consumers"],
             trainer_id=args["trainer_id"],
+            exactly_once=args.get("exactly_once", True),
         )
         if options.target_workers == "LOCAL" and not LOCAL_WORKERS.count:
             raise FailedPreconditionError(
@@ -371,19 +380,6 @@ class DataService(Op):
                 "and none runs here: start a service.WorkerServer in this process "
                 "or read with target_workers='AUTO'"
             )
-        job = rpc.call(
-            options.service,
-            m.GetOrCreateJob(
-                dataset_id=options.dataset_id,
-                processing_mode=options.processing_mode,
-                job_name=options.job_name,
-                num_consumers=args["num_consumers"],
-                target_workers=options.target_workers,
-                cross_trainer_cache=options.trainer_id is not None,
-                local_process=PROCESS_TOKEN,
-            ),
-            m.GetOrCreateJobReply,
-            current.dispatcher_timeout_s,
-        )
+        job_id = open_job(options, current)
         repetition = node.next_pass() if options.job_name is not None else 0
-        return DistributedIterator(options, current, job.job_id, repetition)
+        return DistributedIterator(options, current, job_id, repetition)

@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from zmqdata._client.acks import Acks
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._wire import messages as m
@@ -28,6 +29,10 @@ from zmqdata.errors import (
 
 END = object()
 """Put on the trainer's queue when the read is over."""
+
+Batch = tuple[list[Any], int, list[int], list[int]]
+"""What goes to the trainer per reply: elements, their decoded bytes, and
+(exactly once) the keys they cover and how many each (``lineage.Coverage``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,7 @@ class ReadOptions:
     consumer_index: int | None = None
     num_consumers: int | None = None
     trainer_id: str | None = None
+    exactly_once: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +127,7 @@ class Transport(Protocol):
         """Sends without blocking (a dispatcher that is gone is noticed by silence)."""
 
     def to_trainer(self, item: Any) -> None:
-        """Hands ``(elements, nbytes)``, ``END`` or a ``Failure`` to the trainer."""
+        """Hands a ``Batch``, ``END`` or a ``Failure`` to the trainer."""
 
 
 class LinkState(Protocol):
@@ -176,6 +182,9 @@ class ReadCore:
         self.counters, self.plan = counters, plan
         self.transport, self.links = transport, links
         self.tasks: dict[int, Task] = {}
+        self.acks = Acks()
+        """Exactly once: keys received, reported until the dispatcher confirms."""
+        self._task_epoch = 0
         self.done = False
         self._finished = False
         self._incarnation: str | None = None
@@ -195,6 +204,7 @@ class ReadCore:
         """Takes a dispatcher reply."""
         self._last_dispatcher_reply = now
         if isinstance(message, m.IterationState):
+            self.acks.confirmed(message.request_id)
             self.apply_state(message)
         elif isinstance(message, m.Error):
             self.fail(from_code(message.code, message.message))
@@ -241,12 +251,15 @@ class ReadCore:
         finished = [
             t.task_id for t in self.tasks.values() if t.finished and not t.requests
         ]
+        request_id = self.next_request_id()
         self.transport.to_dispatcher(
             m.ClientHeartbeat(
-                request_id=self.next_request_id(),
+                request_id=request_id,
                 client_id=self.client_id,
                 finished_tasks=finished,
                 current_round=self.plan.current_round(),
+                acked=self.acks.report(request_id),
+                task_epoch=self._task_epoch,
             )
         )
         self._heartbeat_due = now + self.timeouts.heartbeat_s
@@ -280,6 +293,9 @@ class ReadCore:
         for task_id in list(self.tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
                 self.plan.forget(self.tasks.pop(task_id))
+        # Nothing of a task dropped is taken any more (its replies answer
+        # forgotten requests): the next heartbeat says so, acks included.
+        self._task_epoch = state.task_epoch
         self.plan.on_state(self, state)
         self._finished = state.finished
         self.maybe_end()
@@ -332,13 +348,27 @@ class ReadCore:
 
     # ------------------------------------------------------------ ending
 
-    def deliver(self, elements: list[Any], nbytes: int) -> None:
-        """Hands decoded elements to the trainer thread."""
+    def deliver(
+        self,
+        elements: list[Any],
+        nbytes: int,
+        task_id: int = 0,
+        header: m.Elements | None = None,
+    ) -> None:
+        """Hands decoded elements to the trainer thread.
+
+        Exactly once: the keys ``header`` says they (and, at the end, what the
+        task dropped) cover are acknowledged as ``task_id``'s.
+        """
+        keys, widths = ([], []) if header is None else (header.lineage, header.widths)
+        self.acks.received(task_id, keys)
         if elements:
             self.counters.sizes.append(max(1, nbytes // len(elements)))
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
-            self.transport.to_trainer((elements, nbytes))
+            self.transport.to_trainer((elements, nbytes, keys, widths))
+        elif keys:  # an end of sequence with dropped keys: consumed as well
+            self.transport.to_trainer(([], 0, keys, widths))
 
     def report_if_finished(self, task: Task, now: float) -> None:
         """Reports a task ended once nothing more is owed by it."""

@@ -180,7 +180,7 @@ class CreditPlan:
             return  # the task was dropped meanwhile (with its requests)
         self._in_flight -= task.requests.pop(header.request_id, 0)
         task.backoff.reset()
-        core.deliver(*decode_elements(header, parts))
+        core.deliver(*decode_elements(header, parts), task.task_id, header)
         if header.end_of_sequence:
             task.finished = True
         core.report_if_finished(task, now)

@@ -35,12 +35,14 @@ from zmqdata._client.core import (
 )
 from zmqdata._client.credit import CreditPlan, ask_for_shared_memory
 from zmqdata._client.links import Links
+from zmqdata._client.position import Position, consumed_in, state_of
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._client.segments import Claims
 from zmqdata._client.settings import ClientSettings
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._runtime import auth, clock, shm
 from zmqdata._runtime.loop import PollLoop
+from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
 from zmqdata.errors import PermissionDeniedError, UnavailableError, ZmqDataError
@@ -48,6 +50,26 @@ from zmqdata.errors import PermissionDeniedError, UnavailableError, ZmqDataError
 logger = logging.getLogger(__name__)
 
 _QUEUE_POLL_S = 0.1
+
+
+def open_job(options: ReadOptions, settings: ClientSettings) -> int:
+    """The job ``options`` read (a named one is shared), created if need be."""
+    reply = rpc.call(
+        options.service,
+        m.GetOrCreateJob(
+            dataset_id=options.dataset_id,
+            processing_mode=options.processing_mode,
+            job_name=options.job_name,
+            num_consumers=options.num_consumers,
+            target_workers=options.target_workers,
+            cross_trainer_cache=options.trainer_id is not None,
+            local_process=PROCESS_TOKEN,
+            exactly_once=options.exactly_once,
+        ),
+        m.GetOrCreateJobReply,
+        settings.dispatcher_timeout_s,
+    )
+    return reply.job_id
 
 
 def plan_for(options: ReadOptions, counters: Counters) -> Plan:
@@ -166,7 +188,11 @@ class Fetcher(PollLoop):
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
-        self.to_dispatcher(m.ReleaseIterationClient(client_id=self._core.client_id))
+        core = self._core
+        release = m.ReleaseIterationClient(
+            client_id=core.client_id, acked=core.acks.report(core.next_request_id())
+        )
+        self.to_dispatcher(release)
         self.waker.close()
         self._links.close()
         self._claims.close()
@@ -225,7 +251,13 @@ class Fetcher(PollLoop):
 
 
 class DistributedIterator(DatasetIterator):
-    """Elements of one iteration of a job, read from the service's workers."""
+    """Elements of one iteration of a job, read from the service's workers.
+
+    A ``distributed_epoch`` read of its own (no ``job_name``) can save its
+    position (``get_state``: the source keys consumed, no element) and
+    resume from one (``set_state``: a new iteration that hands out only the
+    keys not consumed; see ``position.py``).
+    """
 
     def __init__(
         self,
@@ -234,17 +266,25 @@ class DistributedIterator(DatasetIterator):
         job_id: int,
         repetition: int,
     ) -> None:
+        self._options, self._settings = options, settings
+        self._closed = True
+        self._start(job_id, repetition, None)
+
+    def _start(self, job_id: int, repetition: int, resume: list[int] | None) -> None:
         state = rpc.call(
-            options.service,
-            m.GetOrCreateIteration(job_id=job_id, repetition=repetition),
+            self._options.service,
+            m.GetOrCreateIteration(job_id=job_id, repetition=repetition, resume=resume),
             m.IterationState,
-            settings.dispatcher_timeout_s,
+            self._settings.dispatcher_timeout_s,
         )
         self._queue: queue.Queue[Any] = queue.Queue()
         self._counters = Counters()
         self._local: deque[Any] = deque()
         self._local_bytes = 0
-        self._fetcher = Fetcher(options, settings, state, self._queue, self._counters)
+        self._position = Position(resume or ())
+        self._fetcher = Fetcher(
+            self._options, self._settings, state, self._queue, self._counters
+        )
         self._fetcher.start()
         self._closed = False
         _open_iterators.add(self)
@@ -268,9 +308,11 @@ class DistributedIterator(DatasetIterator):
             if isinstance(item, Failure):
                 self.close()
                 raise item.error
-            elements, nbytes = item
+            elements, nbytes, keys, widths = item
             self._local.extend(elements)
             self._local_bytes = nbytes
+            if keys:
+                self._position.took(keys, widths)
         element = self._local.popleft()
         self._counters.consumed += 1
         if not self._local:  # a batch's bytes count as buffered until handed out
@@ -280,6 +322,25 @@ class DistributedIterator(DatasetIterator):
             self._counters.starved = False
             self._fetcher.waker.wake(0)
         return element
+
+    def get_state(self) -> dict[str, Any]:
+        """The read's position: the source keys consumed (small: no element).
+
+        Raises ``FailedPreconditionError`` for a read whose position cannot be
+        resumed (``parallel_epochs``, a shared job, coordinated reads).
+        """
+        self._position.handed_out(len(self._local))
+        return state_of(self._options, self._position)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continues from a saved position: a new job hands out the keys not consumed.
+
+        The elements that were buffered or in flight when the state was saved
+        come again; none that had been consumed does.
+        """
+        consumed = consumed_in(self._options, state)
+        self.close()
+        self._start(open_job(self._options, self._settings), 0, consumed)
 
     def close(self) -> None:
         """Stops the fetcher (and releases this reader); idempotent, any thread.

@@ -75,7 +75,7 @@ class Ranges(list[int]):
 
     A list, so it packs with msgpack as one (journal, snapshots, messages).
 
-    >>> r = Ranges([0, 10]); r.remove(3, 5); r
+    >>> r = Ranges([0, 10]); r.discard(3, 5); r
     [0, 3, 5, 10]
     >>> r.add(3, 5); r, 4 in r, r.count_keys()
     ([0, 10], True, 10)
@@ -89,15 +89,19 @@ class Ranges(list[int]):
         """Adds the keys ``[lo, hi)``, merging the ranges it overlaps or touches."""
         if lo >= hi:
             return
-        first = bisect.bisect_left(self, lo) // 2  # the first range ending at lo or later
-        last = (bisect.bisect_right(self, hi) - 1) // 2  # the last starting at hi or before
+        first = (
+            bisect.bisect_left(self, lo) // 2
+        )  # the first range ending at lo or later
+        last = (
+            bisect.bisect_right(self, hi) - 1
+        ) // 2  # the last starting at hi or before
         if first > last:
             self[2 * first : 2 * first] = [lo, hi]
         else:
             merged = [min(lo, self[2 * first]), max(hi, self[2 * last + 1])]
             self[2 * first : 2 * last + 2] = merged
 
-    def remove(self, lo: int, hi: int) -> None:
+    def discard(self, lo: int, hi: int) -> None:
         """Removes the keys ``[lo, hi)`` (those not in the set are ignored)."""
         if lo >= hi:
             return
@@ -120,7 +124,7 @@ class Ranges(list[int]):
     def remove_all(self, flat: Sequence[int]) -> None:
         """Removes every range of a flat ``(lo, hi, ...)`` sequence."""
         for i in range(0, len(flat), 2):
-            self.remove(flat[i], flat[i + 1])
+            self.discard(flat[i], flat[i + 1])
 
     def __contains__(self, value: object) -> bool:
         if not isinstance(value, int):
@@ -139,7 +143,7 @@ class Ranges(list[int]):
             hi = min(hi, lo + most)
             taken.extend((lo, hi))
             most -= hi - lo
-            self.remove(lo, hi)
+            self.discard(lo, hi)
         return taken
 
     def missing(self, lo: int, hi: int) -> list[int]:
@@ -183,13 +187,21 @@ class Coverage:
 
     def add(self, lineage: Lineage) -> None:
         """Appends one element covering ``lineage``."""
-        width = size(lineage)
-        widths = self.widths
+        keys, widths = self.keys, self.widths
+        if len(lineage) == 2:  # the usual case, inlined: one range
+            lo, hi = lineage
+            width = hi - lo
+            if keys and keys[-1] == lo:
+                keys[-1] = hi
+            else:
+                keys += lineage
+        else:
+            width = size(lineage)
+            self.extend(lineage)
         if widths and widths[-1] == width:
             widths[-2] += 1
         else:
-            widths.extend((1, width))
-        self.extend(lineage)
+            widths += (1, width)
 
     def extend(self, lineage: Sequence[int]) -> None:
         """Appends keys no element covers (what a finished task dropped)."""

@@ -2,7 +2,9 @@
 
 Items are either raw small elements (coalesced into one message when sent) or
 elements already encoded to frames by the producer (large arrays, compressed
-there so compression never runs on the serving thread).
+there so compression never runs on the serving thread). Under exactly-once
+reads each item carries its lineage, and the end carries the keys the task
+dropped (``_wire/lineage.py``); ``take_covered`` hands both to a reply.
 
 >>> buffer = TaskBuffer(max_items=2, max_bytes=1 << 20)
 >>> buffer.put(Raw(1), 8), buffer.put(Raw(2), 8)  # True: it was empty
@@ -19,6 +21,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
 
 _WAIT_S = 0.05
 
@@ -45,15 +49,21 @@ class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
-        self._items: deque[tuple[Raw | Encoded, int]] = deque()
+        self._items: deque[tuple[Raw | Encoded, int, Lineage]] = deque()
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
         self._cond = threading.Condition()
         self._done = False
         self.error: tuple[str, str] | None = None
+        self.dropped: Lineage = EMPTY
+        """Exactly once: the keys the task dropped, told with its end."""
 
     def put(
-        self, item: Raw | Encoded, nbytes: int, stop: threading.Event | None = None
+        self,
+        item: Raw | Encoded,
+        nbytes: int,
+        stop: threading.Event | None = None,
+        lineage: Lineage = EMPTY,
     ) -> bool:
         """Adds an item, waiting for room; returns whether the buffer was empty.
 
@@ -68,18 +78,26 @@ class TaskBuffer:
                     raise Cancelled
                 self._cond.wait(_WAIT_S)
             was_empty = not self._items
-            self._items.append((item, nbytes))
+            self._items.append((item, nbytes, lineage))
             self._bytes += nbytes
             return was_empty
 
     def take(self, max_items: int) -> list[Raw | Encoded]:
         """Removes and returns up to ``max_items`` items without waiting."""
+        return self.take_covered(max_items, None)
+
+    def take_covered(
+        self, max_items: int, coverage: Coverage | None
+    ) -> list[Raw | Encoded]:
+        """``take``, adding each item's lineage to ``coverage`` (if given)."""
         with self._cond:
             taken: list[Raw | Encoded] = []
             while self._items and len(taken) < max_items:
-                item, nbytes = self._items.popleft()
+                item, nbytes, lineage = self._items.popleft()
                 self._bytes -= nbytes
                 taken.append(item)
+                if coverage is not None:
+                    coverage.add(lineage)
             if taken:
                 self._cond.notify_all()
             return taken
@@ -91,10 +109,14 @@ class TaskBuffer:
                 return []
         return self.take(count)
 
-    def finish(self, error: tuple[str, str] | None) -> None:
-        """Marks the end of the task's output (``error``: ``(code, message)``)."""
+    def finish(self, error: tuple[str, str] | None, dropped: Lineage = EMPTY) -> None:
+        """Marks the end of the task's output (``error``: ``(code, message)``).
+
+        ``dropped``: exactly once, the keys the task was handed and did not
+        output (filtered, skipped, never read).
+        """
         with self._cond:
-            self._done, self.error = True, error
+            self._done, self.error, self.dropped = True, error, dropped
 
     @property
     def ended(self) -> bool:

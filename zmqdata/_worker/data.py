@@ -24,6 +24,7 @@ from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Coverage
 from zmqdata._worker import serving
 from zmqdata._worker.buffer import Encoded, Raw
 from zmqdata._worker.linkrate import PeerLinks
@@ -284,13 +285,18 @@ class DataLoop(PollLoop):
         output = None
         if runner is not None:
             output = runner.buffer if runner.cache is None else runner.cache
-        decision = serving.answer(request[2], output)
+        tracked = runner is not None and runner.tracked
+        decision = serving.answer(request[2], output, tracked)
         if isinstance(decision, serving.Refuse):
             self._reply_error(request, decision.code, decision.text)
         elif decision is not None:
             assert runner is not None
             self._send_items(
-                request, decision.items, decision.end_of_sequence, runner=runner
+                request,
+                decision.items,
+                decision.end_of_sequence,
+                runner=runner,
+                coverage=decision.coverage,
             )
         return decision is not None
 
@@ -301,6 +307,7 @@ class DataLoop(PollLoop):
         eos: bool,
         runner: TaskRunner,
         rounds: list[int] | None = None,
+        coverage: Coverage | None = None,
     ) -> None:
         sock, peer, message = request
         groups: list[list[Any]] = []
@@ -328,6 +335,8 @@ class DataLoop(PollLoop):
             end_of_sequence=eos,
             rounds=rounds or [],
             parts=[len(group) for group in groups],
+            lineage=[] if coverage is None else coverage.keys,
+            widths=[] if coverage is None else coverage.widths,
         )
         parts = [peer, m.encode(header)]
         nbytes = 0

@@ -14,7 +14,7 @@ It holds no socket; taking the items out of the buffer is its one effect.
 True
 >>> _ = buffer.put(Raw(7), 8)
 >>> answer(request, buffer)
-Send(items=[Raw(element=7)], end_of_sequence=False)
+Send(items=[Raw(element=7)], end_of_sequence=False, coverage=None)
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Coverage
 from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 
@@ -34,6 +35,8 @@ class Send:
 
     items: list[Raw | Encoded]
     end_of_sequence: bool
+    coverage: Coverage | None = None
+    """Exactly once: what the items stand for (and, at the end, what was dropped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +47,28 @@ class Refuse:
     text: str
 
 
-def answer(request: m.GetElements, output: Output | None) -> Send | Refuse | None:
-    """What to answer ``request`` now; None to park it until there is news."""
+def answer(
+    request: m.GetElements, output: Output | None, tracked: bool = False
+) -> Send | Refuse | None:
+    """What to answer ``request`` now; None to park it until there is news.
+
+    ``tracked``: exactly once, the reply says what its elements stand for.
+    """
     if output is None:
         return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
     if isinstance(output, SlidingWindowCache):
         return _from_cache(request, output)
-    items = output.take(request.max_elements)
+    coverage = Coverage() if tracked else None
+    items = output.take_covered(request.max_elements, coverage)
     finished = output.finished
-    if items:
-        return Send(items, finished and output.error is None)
     if finished and output.error is not None:
+        if items:
+            return Send(items, False, coverage)
         return Refuse(*output.error)
-    if finished:
-        return Send([], end_of_sequence=True)
+    if finished and coverage is not None:
+        coverage.extend(output.dropped)
+    if items or finished:
+        return Send(items, finished, coverage)
     return None
 
 

@@ -2,7 +2,8 @@
 
 Under DYNAMIC sharding the pipeline's source reads the splits that a
 ``RemoteSplitProvider`` fetches from the dispatcher, over a DEALER socket the
-producer thread owns.
+producer thread owns. Exactly-once tasks also note what they were handed and
+what each element stands for (``ledger.py``, ``_wire/lineage.py``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import EMPTY, Lineage, key
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
+from zmqdata._worker.ledger import Ledger
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -57,6 +60,11 @@ class RemoteSplitProvider(SplitProvider):
     other workers took their few splits catches up at once; one that is at the
     dispatcher's current repetition and still finds nothing (the data is empty)
     waits with backoff before asking again, up to ``EMPTY_BACKOFF_MAX_S``.
+
+    A split ``[repetition, lo, hi]`` reaches the source as ``[lo, hi, base]``,
+    its elements' keys ``base + index`` (``_wire/lineage.py``); an exactly-once
+    task's ``ledger`` notes them. A reply with no split and no end (keys of a
+    lost worker are about to be handed out again) is asked again with backoff.
     """
 
     shared = True
@@ -69,8 +77,10 @@ class RemoteSplitProvider(SplitProvider):
         stop: threading.Event,
         timeout_s: float,
         keys: auth.ClientKeys | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        self._ledger = ledger
         self._task_id = task_id
         self._keys = keys
         self._stop, self._timeout_s = stop, timeout_s
@@ -100,6 +110,26 @@ class RemoteSplitProvider(SplitProvider):
 
     def _fetch(self) -> None:
         """Asks for the next splits: as many as the batch size says."""
+        wait = Backoff(0.005, EMPTY_BACKOFF_MAX_S, jitter=0.0)
+        while True:
+            reply = self._ask()
+            if reply.end_of_splits:
+                self._behind = reply.repetition > self._repetition
+                return
+            if reply.splits:
+                break
+            if self._stop.wait(wait.next_delay()):  # nothing now: ask again
+                raise Cancelled
+        self._got_split = True
+        for repetition, lo, hi in reply.splits:
+            base = key(repetition, 0)
+            if self._ledger is not None:
+                self._ledger.handed(base + lo, base + hi)
+            self._splits.append([lo, hi, base])
+        self._batch.fetched(len(reply.splits), time.monotonic())
+
+    def _ask(self) -> m.GetSplitReply:
+        """One split request (retried as the same request until answered)."""
         self._request_id += 1
         request = m.GetSplit(
             request_id=self._request_id,
@@ -111,13 +141,11 @@ class RemoteSplitProvider(SplitProvider):
         reply = self._call(request)
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
-        assert isinstance(reply, m.GetSplitReply)
-        if reply.end_of_splits:
-            self._behind = reply.repetition > self._repetition
-            return
-        self._got_split = True
-        self._splits.extend(reply.splits)
-        self._batch.fetched(len(reply.splits), time.monotonic())
+        if not isinstance(reply, m.GetSplitReply) or any(
+            len(split) != 3 for split in reply.splits
+        ):
+            raise UnavailableError(f"malformed split reply from {self._dispatcher}")
+        return reply
 
     def _call(self, request: m.GetSplit) -> m.Message:
         # Every worker asks again after a dispatcher restart: jittered delays.
@@ -177,6 +205,11 @@ class TaskRunner:
         self.share = TaskShare(shares, same_host)
         """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
+        self._ledger = (
+            Ledger()
+            if task.exactly_once and task.processing_mode == ShardingPolicy.DYNAMIC
+            else None
+        )
         self._dispatcher = dispatcher
         self._keys = keys
         self.compression = TaskCompression(compression_level)
@@ -200,6 +233,11 @@ class TaskRunner:
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
         self.share.discard(self.buffer)
+
+    @property
+    def tracked(self) -> bool:
+        """Whether replies say what their elements stand for (exactly once)."""
+        return self._ledger is not None
 
     @property
     def num_consumers(self) -> int | None:
@@ -252,9 +290,12 @@ class TaskRunner:
                     self._stop,
                     self._timeout_s,
                     self._keys,
+                    self._ledger,
                 )
                 ctx = IterContext(
-                    split_source=find_split_source(root), split_provider=provider
+                    split_source=find_split_source(root),
+                    split_provider=provider,
+                    lineage=self._ledger is not None,
                 )
             elif task.processing_mode in STATIC:
                 root, ctx = sharding.static_shard(
@@ -262,10 +303,11 @@ class TaskRunner:
                 )
             iterator = make_iterator(root, ctx)
             try:
+                tracked = self._ledger is not None
                 for element in iterator:
                     if self._stop.is_set():
                         return
-                    self._put(element)
+                    self._put(element, iterator.lineage if tracked else EMPTY)
             finally:
                 iterator.close()
         except Cancelled:
@@ -278,10 +320,13 @@ class TaskRunner:
         finally:
             if provider is not None:
                 provider.close()
-            self._sink.finish(error)
+            if self._ledger is not None:
+                self.buffer.finish(error, self._ledger.dropped())
+            else:
+                self._sink.finish(error)
             self._wake(self.task_id)
 
-    def _put(self, element: Any) -> None:
+    def _put(self, element: Any, lineage: Lineage) -> None:
         element, size = retained.compact(element)
         large = size > INLINE_BYTES
         item: Raw | Encoded
@@ -291,7 +336,12 @@ class TaskRunner:
             item = self.share.encode(element) or Encoded(
                 self.compression.encode(element, size)
             )
-        if self._sink.put(item, size, self._stop):
+        if self._ledger is None:
+            woke = self._sink.put(item, size, self._stop)
+        else:
+            self._ledger.output(lineage)
+            woke = self.buffer.put(item, size, self._stop, lineage)
+        if woke:
             self._wake(self.task_id)
         if large:
             self.compression.resume()

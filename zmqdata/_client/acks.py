@@ -1,0 +1,55 @@
+"""``Acks``: the keys a reader received and the dispatcher has not confirmed (pure).
+
+Exactly once (``_wire/lineage.py``): every data reply says which source keys
+its elements stand for. The reader reports them per task in each heartbeat
+until the dispatcher answers that heartbeat, so a lost heartbeat (a
+dispatcher stalled or restarting) loses no acknowledgement; reporting a key
+twice is harmless.
+
+>>> acks = Acks()
+>>> acks.received(7, [0, 4]); acks.received(7, [4, 6])
+>>> acks.report(request_id=1)
+[[7, 0, 6]]
+>>> acks.received(8, [9, 10]); acks.confirmed(1); acks.report(request_id=2)
+[[8, 9, 10]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zmqdata._wire.lineage import Ranges
+
+
+class Acks:
+    """Per task, the keys received and not confirmed; what each heartbeat carried."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, Ranges] = {}
+        self._sent: dict[int, list[list[int]]] = {}
+        """Heartbeat request id -> the report it carried."""
+
+    def received(self, task_id: int, keys: Sequence[int]) -> None:
+        """A reply of ``task_id`` covered ``keys`` (flat ranges)."""
+        if keys:
+            self._open.setdefault(task_id, Ranges()).add_all(keys)
+
+    def report(self, request_id: int) -> list[list[int]]:
+        """``[[task_id, lo, hi, ...], ...]`` for the heartbeat ``request_id``."""
+        report = [[task_id, *keys] for task_id, keys in self._open.items()]
+        if report:
+            self._sent[request_id] = report
+        return report
+
+    def confirmed(self, request_id: int) -> None:
+        """The dispatcher answered heartbeat ``request_id``.
+
+        What it and earlier heartbeats carried is kept there: not reported again.
+        """
+        for sent_id in [i for i in self._sent if i <= request_id]:
+            for task_id, *keys in self._sent.pop(sent_id):
+                ranges = self._open.get(task_id)
+                if ranges is not None:
+                    ranges.remove_all(keys)
+                    if not ranges:
+                        del self._open[task_id]

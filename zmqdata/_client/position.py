@@ -1,0 +1,116 @@
+"""``Position``: what a distributed read has consumed, to save it and resume (pure).
+
+A ``distributed_epoch`` read with exactly-once tracking knows which source
+keys each batch it received stands for (``_wire/lineage.py``). The trainer's
+position is every key of the batches it took, less the keys of the elements
+of the current batch it has not handed out yet; batches still queued or in
+flight are not counted. A saved position is small: key ranges, no element.
+Resuming asks the dispatcher for a new iteration that hands out only the
+other keys, so the elements buffered or in flight at save time come again,
+and none that was consumed does.
+
+>>> position = Position()
+>>> position.took([0, 4], [4, 1])  # a reply of 4 elements covering keys 0..3
+>>> position.handed_out(remaining=1)
+>>> position.consumed()
+[0, 3]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from zmqdata._client.core import ReadOptions
+from zmqdata._wire.lineage import Coverage, Ranges
+from zmqdata._wire.modes import ShardingPolicy
+from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+
+FORMAT = "zmqdata.distributed_read/1"
+"""Names what a saved position holds (a later layout gets another name)."""
+
+
+class Position:
+    """The keys a trainer consumed (trainer thread only)."""
+
+    def __init__(self, consumed: Sequence[int] = ()) -> None:
+        self._taken = Ranges()
+        self._taken.add_all(consumed)
+        self._keys: Sequence[int] = []
+        self._widths: Sequence[int] = []
+        self._remaining = 0
+
+    def took(self, keys: Sequence[int], widths: Sequence[int]) -> None:
+        """A batch was taken from the queue; its elements are handed out next."""
+        self._taken.add_all(keys)
+        self._keys, self._widths = keys, widths
+
+    def handed_out(self, remaining: int) -> None:
+        """Elements of the current batch not handed out yet."""
+        self._remaining = remaining
+
+    def consumed(self) -> list[int]:
+        """The keys consumed so far (flat ranges)."""
+        consumed = Ranges(self._taken)
+        if self._remaining:
+            consumed.remove_all(
+                Coverage.tail(self._keys, self._widths, self._remaining)
+            )
+        return list(consumed)
+
+
+def check_resumable(options: ReadOptions) -> None:
+    """Raises ``FailedPreconditionError`` unless the read's position can be saved.
+
+    Only one consumer's ``distributed_epoch`` read, tracked exactly once, has
+    a position of its own: a ``parallel_epochs`` read has none (each worker
+    makes the whole dataset), a shared job's elements also go to the other
+    consumers, and coordinated reads are rounds of a shared job.
+    """
+    if options.processing_mode != ShardingPolicy.DYNAMIC:
+        raise FailedPreconditionError(
+            "only a distributed_epoch read can save its position: in "
+            f"{ShardingPolicy(options.processing_mode).display_name} every worker "
+            "produces the whole dataset, so there is no position to resume from"
+        )
+    if options.job_name is not None:
+        raise FailedPreconditionError(
+            f"cannot save a read of the shared job {options.job_name!r}: other "
+            "consumers take its elements too; save and resume a read without job_name"
+        )
+    if not options.exactly_once:
+        raise FailedPreconditionError(
+            "saving a read's position needs exactly_once=True (the default)"
+        )
+
+
+def state_of(options: ReadOptions, position: Position) -> dict[str, Any]:
+    """The saved state of a read (``DatasetIterator.get_state``)."""
+    check_resumable(options)
+    return {
+        "format": FORMAT,
+        "dataset_id": options.dataset_id,
+        "consumed": position.consumed(),
+    }
+
+
+def consumed_in(options: ReadOptions, state: Any) -> list[int]:
+    """The consumed keys of a saved ``state``, checked against this read."""
+    check_resumable(options)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise InvalidArgumentError(
+            f"not a saved distributed read: expected format {FORMAT!r}, got "
+            f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}"
+        )
+    if state.get("dataset_id") != options.dataset_id:
+        raise InvalidArgumentError(
+            f"the saved read is of dataset {state.get('dataset_id')!r}, "
+            f"this one reads {options.dataset_id!r}"
+        )
+    consumed = [int(k) for k in state.get("consumed", ())]
+    if len(consumed) % 2 or any(a >= b for a, b in itertools.pairwise(consumed)):
+        raise InvalidArgumentError(
+            "the saved read's consumed keys are not sorted ranges"
+        )
+    return consumed
