@@ -116,7 +116,8 @@ def test_compaction_snapshots_the_state_and_starts_a_short_journal(
     with reopened(tmp_path) as replayed:
         assert tables(replayed.records) == tables(live.records)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
-    assert reply.splits == [[0, 40 * 15, 41 * 15]]  # the 41st split: none handed out twice
+    # The 41st split: none handed out twice.
+    assert reply.splits == [[0, 40 * 15, 41 * 15]]
 
 
 def test_a_failed_compaction_keeps_the_generation_and_is_retried(
