@@ -102,7 +102,7 @@ def test_a_group_is_written_with_one_fsync_before_its_replies(journal, monkeypat
     replies = state.handle_group(split_requests(state, iteration_id, 8), 1.0)
     assert journal.commits == commits + 1
     assert fsyncs == [journal.path.stat().st_size]  # one fsync, of everything
-    splits = sorted(reply.splits[0][0] // SIZE for [(_, reply)] in replies)
+    splits = sorted(reply.splits[0][1] // SIZE for [(_, reply)] in replies)
     assert splits == list(range(8))
     assert journaled_splits(journal.directory) == list(range(8))
 
@@ -140,7 +140,7 @@ def test_a_failed_fsync_fails_every_request_of_the_group_and_loses_nothing(
     assert journal.path.stat().st_size == size  # the group's records are cut off
     # The same requests, sent again, get the splits they would have got.
     again = state.handle_group(group, 3.0)
-    splits = sorted(reply.splits[0][0] // SIZE for [(_, reply)] in again[:8])
+    splits = sorted(reply.splits[0][1] // SIZE for [(_, reply)] in again[:8])
     assert splits == list(range(8, 16))
     assert isinstance(again[8][0][1], m.RegisterWorkerReply)
     assert journaled_splits(journal.directory) == list(range(16))
@@ -213,7 +213,7 @@ def test_the_server_sends_a_split_only_after_its_record_is_fsynced(
             for sock, task_id in zip(sockets, task_ids, strict=True):
                 ask_split(sock, state.iteration_id, task_id, request_id)
             for sock in sockets:
-                got.append(recv(sock, m.GetSplitReply).splits[0][0] // SIZE)
+                got.append(recv(sock, m.GetSplitReply).splits[0][1] // SIZE)
     for sock in sockets:
         sock.close()
     assert sorted(got) == list(range(64))
@@ -225,7 +225,7 @@ def test_the_server_sends_a_split_only_after_its_record_is_fsynced(
             continue
         for message in what:
             if isinstance(message, m.GetSplitReply) and message.splits:
-                assert ends[message.splits[0][0] // SIZE] <= durable, (
+                assert ends[message.splits[0][1] // SIZE] <= durable, (
                     "sent before fsync"
                 )
                 checked += 1

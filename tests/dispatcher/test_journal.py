@@ -99,7 +99,7 @@ def test_a_state_replayed_from_its_journal_equals_the_live_one(tmp_path):
             replayed.records.workers[1].last_seen == 100.0
         )  # clocks restart at replay
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
-    assert reply.splits == [[3 * 15, 4 * 15]]  # the 4th split: none handed out twice
+    assert reply.splits == [[0, 3 * 15, 4 * 15]]  # the 4th split: none handed out twice
 
 
 def test_compaction_snapshots_the_state_and_starts_a_short_journal(
@@ -116,7 +116,8 @@ def test_compaction_snapshots_the_state_and_starts_a_short_journal(
     with reopened(tmp_path) as replayed:
         assert tables(replayed.records) == tables(live.records)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
-    assert reply.splits == [[40 * 15, 41 * 15]]  # the 41st split: none handed out twice
+    # The 41st split: none handed out twice.
+    assert reply.splits == [[0, 40 * 15, 41 * 15]]
 
 
 def test_a_failed_compaction_keeps_the_generation_and_is_retried(
@@ -162,7 +163,7 @@ def test_a_crash_between_snapshot_and_new_journal_applies_nothing_twice(tmp_path
     with reopened(tmp_path) as replayed:
         assert tables(replayed.records) == tables(live.records)
         [(_, reply)] = replayed.handle(b"w", split, 100.0)
-    assert reply.splits == [[5 * 15, 6 * 15]]
+    assert reply.splits == [[0, 5 * 15, 6 * 15]]
     assert not (tmp_path / "journal-0.log").exists()
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -190,4 +191,4 @@ def test_retried_requests_are_answered_as_before_also_after_a_restart(tmp_path):
         [(_, following)] = replayed.handle(
             b"w", next_split_request(replayed, joined.iteration_id), 100.0
         )
-        assert following.splits[0][0] == first.splits[0][1]
+        assert following.splits[0][1] == first.splits[0][2]

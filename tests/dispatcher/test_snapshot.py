@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 import zmqdata as zd
+from tests.dispatcher.test_exactly_once import CONFIG, mid_fence
 from tests.dispatcher.test_replay import (
     RecordingState,
     collected_static_job,
@@ -45,8 +46,9 @@ def coordinated_job() -> RecordingState:
         lambda: dynamic_and_off_jobs()[0],
         lambda: collected_static_job()[0],
         coordinated_job,
+        lambda: mid_fence(RecordingState(CONFIG)).state,
     ],
-    ids=["dynamic-and-off", "collected-static", "coordinated"],
+    ids=["dynamic-and-off", "collected-static", "coordinated", "exactly-once"],
 )
 def test_a_loaded_snapshot_equals_the_live_state(build):
     live = build()

@@ -526,7 +526,7 @@ def all_splits(
 
 
 def covered(splits: list[Any]) -> list[int]:
-    return sorted(i for lo, hi in splits for i in range(lo, hi))
+    return sorted(i for _, lo, hi in splits for i in range(lo, hi))
 
 
 def test_split_size_is_bounded():
@@ -589,7 +589,7 @@ def test_a_request_gets_up_to_max_splits_consecutive_splits(state):
     iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     request = dataclasses.replace(next_split_request(state, iteration), max_splits=8)
     answer = reply(state, request)
-    assert answer.splits == [[i, i + 1] for i in range(8)]
+    assert answer.splits == [[0, i, i + 1] for i in range(8)]
     assert reply(state, request) == answer  # a retry: the same 8, none consumed
     rest = dataclasses.replace(next_split_request(state, iteration), max_splits=50)
     assert covered(reply(state, rest).splits) == list(range(8, 20))  # what is left

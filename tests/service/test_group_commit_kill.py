@@ -50,10 +50,10 @@ def test_every_split_received_before_a_kill_9_is_in_the_journal(tmp_path):
             for sock, task_id in zip(sockets, tasks, strict=True):
                 ask_split(sock, state.iteration_id, task_id, request_id)
             for sock in sockets:
-                received.append(recv(sock, m.GetSplitReply).splits[0][0])
+                received.append(recv(sock, m.GetSplitReply).splits[0][1])
         for sock, task_id in zip(sockets, tasks, strict=True):
             ask_split(sock, state.iteration_id, task_id, 11)  # in flight at the kill
-        received.append(recv(sockets[0], m.GetSplitReply).splits[0][0])
+        received.append(recv(sockets[0], m.GetSplitReply).splits[0][1])
         dispatcher.stop(signal.SIGKILL)
     size = split_size(ELEMENTS)
     with Journal(work_dir) as journal:

@@ -3,7 +3,8 @@
 ``messages.decode`` checks each field's runtime type; these check the rest:
 a request's own shape against this dispatcher's config (``check_request``,
 run before its handler: a worker's endpoints, a heartbeat's task list, a
-pipeline's size), and what a job asks of its dataset (``check_job``). Each
+pipeline's size, a consumer's acknowledged keys), what a job asks of its
+dataset (``check_job``) and whether a read may resume (``check_resume``). Each
 raises ``InvalidArgumentError`` naming what is wrong; none reads or changes
 the records.
 
@@ -28,7 +29,7 @@ from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
-from zmqdata.errors import InvalidArgumentError
+from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 
 def _check_endpoint(name: str, endpoint: str) -> None:
@@ -84,10 +85,83 @@ def _get_or_register_dataset(
         )
 
 
+MAX_ACKED_NUMBERS = 2**16
+"""Exactly once: the most numbers a request's ``acked`` may hold."""
+MAX_RESUME_NUMBERS = 2**20
+"""Exactly once: the most numbers a ``resume`` may hold (a read's consumed keys)."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _are_ranges(flat: list[Any]) -> bool:
+    """Whether ``flat`` is ``[lo, hi, ...]``, ints with ``0 <= lo < hi``."""
+    return (
+        len(flat) % 2 == 0
+        and all(_is_int(value) for value in flat)
+        and all(0 <= flat[i] < flat[i + 1] for i in range(0, len(flat), 2))
+    )
+
+
+def _check_acked(request: str, acked: list[Any]) -> None:
+    """``[[task_id, lo, hi, ...], ...]``, at most ``MAX_ACKED_NUMBERS`` numbers."""
+    numbers = sum(len(entry) if isinstance(entry, list) else 1 for entry in acked)
+    if numbers > MAX_ACKED_NUMBERS:
+        raise InvalidArgumentError(
+            f"{request}.acked: {numbers} numbers, over the limit of {MAX_ACKED_NUMBERS}"
+        )
+    for entry in acked:
+        if not (
+            isinstance(entry, list)
+            and entry
+            and _is_int(entry[0])
+            and _are_ranges(entry[1:])
+        ):
+            raise InvalidArgumentError(
+                f"{request}.acked: expected [[task_id, lo, hi, ...], ...] with "
+                f"0 <= lo < hi, got {entry!r:.200}"
+            )
+
+
+def _client_heartbeat(msg: m.ClientHeartbeat, config: DispatcherConfig) -> None:
+    _check_acked(msg.TYPE, msg.acked)
+
+
+def _release_iteration_client(
+    msg: m.ReleaseIterationClient, config: DispatcherConfig
+) -> None:
+    _check_acked(msg.TYPE, msg.acked)
+
+
+def _get_or_create_iteration(
+    msg: m.GetOrCreateIteration, config: DispatcherConfig
+) -> None:
+    """A resumed read's consumed keys: sorted, disjoint ``[lo, hi, ...]``."""
+    keys = msg.resume
+    if keys is None:
+        return
+    if len(keys) > MAX_RESUME_NUMBERS:
+        raise InvalidArgumentError(
+            f"get_or_create_iteration.resume: {len(keys)} numbers, over the limit "
+            f"of {MAX_RESUME_NUMBERS}"
+        )
+    if not _are_ranges(keys) or any(
+        keys[i] > keys[i + 1] for i in range(1, len(keys) - 1, 2)
+    ):
+        raise InvalidArgumentError(
+            "get_or_create_iteration.resume: expected sorted, disjoint key ranges "
+            f"[lo, hi, ...] with 0 <= lo < hi, got {keys!r:.200}"
+        )
+
+
 REQUEST_CHECKS: dict[type[m.Message], Callable[[Any, DispatcherConfig], None]] = {
     m.RegisterWorker: _register_worker,
     m.WorkerHeartbeat: _worker_heartbeat,
     m.GetOrRegisterDataset: _get_or_register_dataset,
+    m.ClientHeartbeat: _client_heartbeat,
+    m.ReleaseIterationClient: _release_iteration_client,
+    m.GetOrCreateIteration: _get_or_create_iteration,
 }
 """The requests whose shape is checked beyond their field types, and how."""
 
@@ -162,6 +236,26 @@ def _check_infinite(dataset: model.Dataset, feature: str) -> None:
         raise InvalidArgumentError(
             f"{feature} requires a dataset with infinite cardinality, got one with "
             f"{cardinality} elements: add .repeat()"
+        )
+
+
+def check_resume(job: model.Job, created: bool) -> None:
+    """A read resumes into a new iteration of its own exactly-once job."""
+    if job.name is not None:
+        raise InvalidArgumentError(
+            f"a read resumes into a job of its own: job {job.name!r} is named "
+            "(shared), so it cannot take get_or_create_iteration.resume"
+        )
+    if not job.exactly_once:
+        raise InvalidArgumentError(
+            f"job {job.job_id} ({model.mode_name(job.processing_mode)}) does not "
+            "track its elements: only distributed_epoch reads with exactly_once "
+            "can resume"
+        )
+    if not created:
+        raise FailedPreconditionError(
+            f"job {job.job_id} is already being read: a read resumes into a new "
+            "iteration"
         )
 
 

@@ -54,6 +54,8 @@ class JobCreated:
     """The creating request's idempotency key (a retry finds this job)."""
     local_process: str = ""
     """The creating consumer's process (``target_workers="LOCAL"`` jobs)."""
+    exactly_once: bool = False
+    """DYNAMIC jobs: track every element (``model.Job.exactly_once``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,8 @@ class SplitProduced:
     """``count`` splits of ``repetition``, from ``index`` on, were handed out.
 
     (DYNAMIC.) They answered request ``request_id`` of task ``task_id``: the same request
-    sent again is answered with the same splits.
+    sent again is answered with the same splits. Exactly once: ``keys`` are
+    the keys handed (those of a resumed read's ``done`` left out).
     """
 
     iteration_id: int
@@ -97,6 +100,49 @@ class SplitProduced:
     task_id: int = 0
     request_id: int = 0
     count: int = 1
+    keys: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RangesHanded:
+    """Exactly once: pending ``keys`` (flat ranges) were handed to a task again.
+
+    They answered request ``request_id`` of task ``task_id``, as ``SplitProduced``.
+    """
+
+    iteration_id: int
+    task_id: int
+    request_id: int
+    keys: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RangesAcked:
+    """Exactly once: a consumer acknowledged ``keys`` of task ``task_id``."""
+
+    iteration_id: int
+    task_id: int
+    keys: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFenced:
+    """Exactly once: a client reads no task lost up to ``epoch`` any more.
+
+    Its final acknowledgements of them came before (``RangesAcked``).
+    """
+
+    iteration_id: int
+    client_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class IterationResumed:
+    """Exactly once: a resumed read, whose consumer had consumed ``keys`` before."""
+
+    iteration_id: int
+    keys: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +195,10 @@ Event = (
     | TaskCreated
     | TaskFinished
     | SplitProduced
+    | RangesHanded
+    | RangesAcked
+    | ClientFenced
+    | IterationResumed
     | ClientAcquired
     | ClientReleased
     | IterationCollected

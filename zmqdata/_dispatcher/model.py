@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from zmqdata._dataset.node import Node
+from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
 
 
@@ -58,6 +59,8 @@ class Job:
     """repetition -> iteration id."""
     consumer_processes: list[str] = field(default_factory=list)
     """``target_workers="LOCAL"``: the processes its consumers read from."""
+    exactly_once: bool = False
+    """DYNAMIC: every source element is tracked until a consumer acknowledges it."""
 
 
 JOB_PARAMETERS = (
@@ -65,6 +68,7 @@ JOB_PARAMETERS = (
     "num_consumers",
     "target_workers",
     "cross_trainer_cache",
+    "exactly_once",
 )
 """What every consumer of a named job must agree on."""
 
@@ -93,8 +97,28 @@ class Task:
     worker_id: int
     finished: bool = False
     last_split: list[int] | None = None
-    """DYNAMIC: ``[request_id, repetition, index, count]`` of the last splits
-    handed out, so a retried request gets the same splits."""
+    """DYNAMIC: ``[request_id, repetition, index, count]`` of the last request
+    answered, so a retried request gets the same splits: ``count`` fresh
+    splits of ``repetition`` from ``index`` on, or (``count`` 0) the keys
+    ``last_keys`` handed out again."""
+    last_keys: list[int] = field(default_factory=list)
+    """Exactly once: the keys handed out again to the last request, if any."""
+    unacked: Ranges = field(default_factory=Ranges)
+    """Exactly once: the keys handed to this task that no consumer acknowledged."""
+
+
+class Orphan(TypedDict):
+    """Exactly once: a lost task's keys nobody acknowledged, fenced by its readers.
+
+    Its ``keys`` are handed out again once every client in ``waiting`` has
+    stopped reading the task: it echoed a ``task_epoch`` of at least ``epoch``
+    (the iteration's after the loss), or left.
+    """
+
+    keys: Ranges
+    waiting: list[int]
+    """Client ids, sorted."""
+    epoch: int
 
 
 @dataclass
@@ -117,6 +141,14 @@ class Iteration:
     """Clients that left while unfinished (told apart if the iteration is collected)."""
     collected: bool = False
     """Job GC dropped it: no tasks, and the job's next iteration starts afresh."""
+    pending: Ranges = field(default_factory=Ranges)
+    """Exactly once: keys to hand out again (lost tasks', fenced)."""
+    orphans: dict[int, Orphan] = field(default_factory=dict)
+    """Exactly once: lost task id -> its unacknowledged keys, until fenced."""
+    task_epoch: int = 0
+    """Exactly once: how many tasks with unacknowledged keys it lost."""
+    done: Ranges = field(default_factory=Ranges)
+    """Exactly once, resumed reads: keys consumed before; never handed out."""
 
 
 @dataclass

@@ -5,7 +5,10 @@ which are not state); request handlers build events and apply them, and the
 journal replays them. Consequences that follow
 from an event (an iteration is finished once all its tasks are; a finished
 iteration nobody reads gives its tasks back) are computed here, so replay
-reaches the same state.
+reaches the same state. Exactly once (DYNAMIC jobs with ``exactly_once``): a
+task's keys stay ``unacked`` until a consumer acknowledges them; a lost task's
+become an orphan of its iteration, waiting for each of the iteration's clients
+to fence it (``ClientFenced``, or leave), then ``pending``, handed out again.
 
 An ``EventSink`` is where ``DispatcherState`` keeps events: ``NoJournal``
 without fault tolerance, ``journal.JournalSink`` with it.
@@ -22,6 +25,7 @@ from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
+from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
@@ -84,6 +88,10 @@ class ClusterRecords:
             ev.TaskCreated: self._task_created,
             ev.TaskFinished: self._task_finished,
             ev.SplitProduced: self._split_produced,
+            ev.RangesHanded: self._ranges_handed,
+            ev.RangesAcked: self._ranges_acked,
+            ev.ClientFenced: self._client_fenced,
+            ev.IterationResumed: self._iteration_resumed,
             ev.ClientAcquired: self._client_acquired,
             ev.ClientReleased: self._client_released,
             ev.IterationCollected: self._iteration_collected,
@@ -98,6 +106,10 @@ class ClusterRecords:
             value = getattr(event, name, None)
             if isinstance(value, int) and value >= self.next_id:
                 self.next_id = value + 1
+
+    def tracked(self, iteration: model.Iteration) -> bool:
+        """Whether ``iteration`` tracks its elements (exactly once)."""
+        return self.jobs[iteration.job_id].exactly_once
 
     def restart_clocks(self, now: float) -> None:
         """After a replay every peer counts as just seen, as in tf.data.
@@ -163,6 +175,7 @@ class ClusterRecords:
             self._drop_task(task.task_id)
             iteration = self.iterations[task.iteration_id]
             del iteration.tasks[task.task_id]
+            self._orphan(iteration, task)
             if iteration.schedule:  # coordinated: drop it from the horizon on
                 start, task_ids = iteration.schedule[-1]
                 remaining = [t for t in task_ids if t != task.task_id]
@@ -193,6 +206,7 @@ class ClusterRecords:
             e.target_workers,
             e.cross_trainer_cache,
             consumer_processes=[e.local_process] if e.local_process else [],
+            exactly_once=e.exactly_once,
         )
         if e.name is not None:
             self.named_jobs[(e.dataset_id, e.name)] = e.job_id
@@ -228,6 +242,36 @@ class ClusterRecords:
         task = iteration.tasks.get(e.task_id)
         if task is not None:
             task.last_split = [e.request_id, e.repetition, e.index, e.count]
+            task.last_keys = []
+            task.unacked.add_all(e.keys)
+
+    def _ranges_handed(self, e: ev.RangesHanded) -> None:
+        iteration = self.iterations[e.iteration_id]
+        iteration.pending.remove_all(e.keys)
+        task = iteration.tasks[e.task_id]
+        task.unacked.add_all(e.keys)
+        task.last_split = [e.request_id, 0, 0, 0]
+        task.last_keys = list(e.keys)
+
+    def _ranges_acked(self, e: ev.RangesAcked) -> None:
+        """Acknowledged keys are no task's to deliver any more, lost or not."""
+        iteration = self.iterations[e.iteration_id]
+        task = iteration.tasks.get(e.task_id)
+        if task is not None:
+            task.unacked.remove_all(e.keys)
+            return
+        orphan = iteration.orphans.get(e.task_id)
+        if orphan is not None:
+            orphan["keys"].remove_all(e.keys)
+            if not orphan["keys"]:
+                del iteration.orphans[e.task_id]
+                self._check_finished(iteration)
+
+    def _client_fenced(self, e: ev.ClientFenced) -> None:
+        self._unwait(self.iterations[e.iteration_id], e.client_id, e.epoch)
+
+    def _iteration_resumed(self, e: ev.IterationResumed) -> None:
+        self.iterations[e.iteration_id].done.add_all(e.keys)
 
     def _schedule_changed(self, e: ev.ScheduleChanged) -> None:
         self._schedule(self.iterations[e.iteration_id], e.start_round, list(e.task_ids))
@@ -253,6 +297,7 @@ class ClusterRecords:
         iteration = self.iterations[client.iteration_id]
         iteration.clients.discard(e.client_id)
         iteration.last_client_released = e.now
+        self._unwait(iteration, e.client_id, None)
         if not iteration.finished:
             iteration.former_clients.add(e.client_id)
         self._retire_if_done(iteration)
@@ -281,9 +326,48 @@ class ClusterRecords:
 
     # ------------------------------------------------------------ consequences
 
+    @staticmethod
+    def _orphan(iteration: model.Iteration, task: model.Task) -> None:
+        """A lost task's unacknowledged keys wait for its readers to fence it.
+
+        Only while the iteration runs (a finished one delivered everything);
+        with no reader left, they are pending at once.
+        """
+        if iteration.finished or not task.unacked:
+            return
+        iteration.task_epoch += 1
+        waiting = sorted(iteration.clients)
+        if not waiting:
+            iteration.pending.add_all(task.unacked)
+            return
+        iteration.orphans[task.task_id] = model.Orphan(
+            keys=Ranges(task.unacked), waiting=waiting, epoch=iteration.task_epoch
+        )
+
+    @staticmethod
+    def _unwait(iteration: model.Iteration, client_id: int, epoch: int | None) -> None:
+        """``client_id`` reads no lost task up to ``epoch`` (None: none at all).
+
+        An orphan nobody waits for any more has its keys handed out again.
+        """
+        for task_id, orphan in list(iteration.orphans.items()):
+            waiting = orphan["waiting"]
+            if client_id in waiting and (epoch is None or orphan["epoch"] <= epoch):
+                waiting.remove(client_id)
+                if not waiting:
+                    iteration.pending.add_all(orphan["keys"])
+                    del iteration.orphans[task_id]
+
     def _check_finished(self, iteration: model.Iteration) -> None:
+        """Finished: every task is, and no lost task's keys are still owed."""
         tasks = iteration.tasks.values()
-        if not iteration.finished and tasks and all(t.finished for t in tasks):
+        owed = iteration.orphans or iteration.pending
+        if (
+            not iteration.finished
+            and not owed
+            and tasks
+            and all(t.finished for t in tasks)
+        ):
             iteration.finished = True
             logger.info("iteration %d finished", iteration.iteration_id)
             self._retire_if_done(iteration)

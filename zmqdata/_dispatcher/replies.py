@@ -35,6 +35,7 @@ def task_def(
         compression=dataset.compression,
         num_consumers=job.num_consumers,
         cross_trainer_cache=job.cross_trainer_cache,
+        exactly_once=job.exactly_once,
     )
 
 
@@ -102,4 +103,5 @@ def iteration_state(
         rounds=[[start, list(task_ids)] for start, task_ids in iteration.schedule],
         horizon=iteration.horizon,
         incarnation=incarnation,
+        task_epoch=iteration.task_epoch,
     )

@@ -24,6 +24,7 @@ import msgpack
 
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords, derived
+from zmqdata._wire.lineage import Ranges
 
 FORMAT = 1
 
@@ -98,16 +99,22 @@ def _job(row: dict[str, Any]) -> model.Job:
 
 
 def _iteration(row: dict[str, Any]) -> model.Iteration:
-    """An iteration without its tasks (``load`` links them); sets and tuples back."""
+    """An iteration without its tasks (``load`` links them); its types back."""
     iteration = model.Iteration(**row)
     iteration.clients = set(iteration.clients)
     iteration.former_clients = set(iteration.former_clients)
     iteration.schedule = [(start, ids) for start, ids in iteration.schedule]
+    iteration.pending = Ranges(iteration.pending)
+    iteration.done = Ranges(iteration.done)
+    for orphan in iteration.orphans.values():
+        orphan["keys"] = Ranges(orphan["keys"])
     return iteration
 
 
 def _task(row: dict[str, Any]) -> model.Task:
-    return model.Task(**row)
+    task = model.Task(**row)
+    task.unacked = Ranges(task.unacked)
+    return task
 
 
 def _client(row: dict[str, Any]) -> model.Client:

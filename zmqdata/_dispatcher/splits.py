@@ -3,7 +3,9 @@
 A source of ``n`` elements is cut into index ranges of ``split_size(n)``
 elements (files: one each); split ``i`` is computed without listing the others.
 ``Splits.answer`` decides what a task's ``GetSplit`` gets, from the records
-alone; the dispatcher journals the ``SplitProduced`` event it returns.
+alone; the dispatcher journals the ``SplitProduced`` (or, keys of a lost task
+handed out again, ``RangesHanded``) event it returns. A split goes out as
+``[repetition, lo, hi]``.
 
 >>> import zmqdata as zd
 >>> splits = Splits.of(zd.Dataset.range(1_000)._node)
@@ -13,6 +15,7 @@ alone; the dispatcher journals the ``SplitProduced`` event it returns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -21,13 +24,18 @@ from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import SplittableSource
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
+from zmqdata._wire import lineage
 from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import FailedPreconditionError
 
 MAX_SPLIT_SIZE = 256
 SPLITS_PER_PASS = 64
 MAX_SPLITS_PER_REQUEST = 256
 """The most splits one ``GetSplit`` may ask for."""
+MAX_SPLITS_SCANNED = 4_096
+"""Resumed reads: the most splits one ``GetSplit`` passes over (all done ones
+are skipped); a reply with no split and no ``end_of_splits`` says ask again."""
 
 
 def split_size(num_elements: int) -> int:
@@ -61,15 +69,24 @@ class Splits:
         return self._op.split_at(self.source, self.size, index)
 
     def answer(
-        self, iteration: model.Iteration, task: model.Task, request: m.GetSplit
-    ) -> tuple[m.GetSplitReply, ev.SplitProduced | None]:
-        """The reply to ``task``'s ``request``, and the splits it hands out (if any).
+        self,
+        iteration: model.Iteration,
+        task: model.Task,
+        request: m.GetSplit,
+        tracked: bool = False,
+    ) -> tuple[m.GetSplitReply, ev.SplitProduced | ev.RangesHanded | None]:
+        """The reply to ``task``'s ``request``, and what it hands out (if anything).
 
-        A request gets up to ``request.max_splits`` consecutive splits. Requests
-        of one task are numbered: one sent again gets the splits it got the
-        first time (nothing new is handed out), an older one is refused. A
-        later repetition starts its splits from 0; an earlier one is over, as
-        is one whose splits are all handed out (``end_of_splits``).
+        A request gets up to ``request.max_splits`` consecutive splits, each
+        ``[repetition, lo, hi]``. Requests of one task are numbered: one sent
+        again gets the splits it got the first time (nothing new is handed
+        out), an older one is refused. A later repetition starts its splits
+        from 0; an earlier one is over, as is one whose splits are all handed
+        out (``end_of_splits``). Exactly once (``tracked``): the iteration's
+        pending keys come first, whatever the repetition asked for (about
+        ``max_splits`` splits' worth); fresh splits leave out the keys of a
+        resumed read's ``done`` (a split all done is skipped), and the event
+        carries the keys handed.
         """
         last = task.last_split
         if last is not None and request.request_id <= last[0]:
@@ -78,8 +95,13 @@ class Splits:
                     f"split request {request.request_id} of task {task.task_id} was "
                     "superseded by a later one"
                 )
-            index, count = last[2], last[3] if len(last) > 3 else 1
-            return self._reply(request, index, count), None
+            return self._reply(request, self._again(iteration, task)), None
+        if iteration.pending:
+            keys = Ranges(iteration.pending).take(request.max_splits * self.size)
+            handed = ev.RangesHanded(
+                iteration.iteration_id, task.task_id, request.request_id, tuple(keys)
+            )
+            return self._reply(request, self.handed(keys)), handed
         same_repetition = request.repetition == iteration.split_repetition
         index = iteration.next_split if same_repetition else 0
         total = self.count()
@@ -90,7 +112,7 @@ class Splits:
                 repetition=iteration.split_repetition,
             )
             return reply, None
-        count = min(request.max_splits, total - index)
+        splits, count = self._scan(request, index, total, iteration.done)
         produced = ev.SplitProduced(
             iteration.iteration_id,
             request.repetition,
@@ -98,9 +120,83 @@ class Splits:
             task.task_id,
             request.request_id,
             count,
+            tuple(keys_of(splits)) if tracked else (),
         )
-        return self._reply(request, index, count), produced
+        return self._reply(request, splits), produced
 
-    def _reply(self, request: m.GetSplit, index: int, count: int) -> m.GetSplitReply:
-        splits = [self.at(i) for i in range(index, index + count)]
+    def _again(self, iteration: model.Iteration, task: model.Task) -> list[list[int]]:
+        """The splits ``task``'s last request got (``model.Task.last_split``)."""
+        assert task.last_split is not None
+        _, repetition, index, *rest = task.last_split
+        count = rest[0] if rest else 1  # a state from before counts: one split
+        if count == 0:
+            return self.handed(task.last_keys)
+        done = iteration.done
+        return [
+            part
+            for i in range(index, index + count)
+            for part in self._fresh(repetition, i, done)
+        ]
+
+    def _scan(
+        self, request: m.GetSplit, index: int, total: int, done: Ranges
+    ) -> tuple[list[list[int]], int]:
+        """Fresh splits from ``index`` on for ``request``, and how many were passed.
+
+        Up to ``max_splits`` splits with keys not ``done``; splits all done
+        are passed over (at most ``MAX_SPLITS_SCANNED`` in one request).
+        """
+        splits: list[list[int]] = []
+        given = scanned = 0
+        while given < request.max_splits and index + scanned < total:
+            parts = self._fresh(request.repetition, index + scanned, done)
+            scanned += 1
+            given += bool(parts)
+            splits += parts
+            if scanned >= MAX_SPLITS_SCANNED:
+                break
+        return splits, scanned
+
+    def _fresh(self, repetition: int, index: int, done: Ranges) -> list[list[int]]:
+        """Split ``index`` of ``repetition``: ``[repetition, lo, hi]`` parts not ``done``."""
+        lo, hi = self.at(index)[:2]
+        base = lineage.key(repetition, 0)
+        missing = done.missing(base + lo, base + hi)
+        return [
+            [repetition, missing[i] - base, missing[i + 1] - base]
+            for i in range(0, len(missing), 2)
+        ]
+
+    def handed(self, keys: Sequence[int]) -> list[list[int]]:
+        """Keys (flat ranges) handed out again, as splits of at most ``size``.
+
+        >>> import zmqdata as zd
+        >>> splits = Splits.of(zd.Dataset.range(1_000)._node)
+        >>> splits.handed([5, 40, lineage.key(1, 3), lineage.key(1, 4)])
+        [[0, 5, 20], [0, 20, 35], [0, 35, 40], [1, 3, 4]]
+        """
+        out = []
+        for i in range(0, len(keys), 2):
+            repetition, lo = lineage.split_key(keys[i])
+            hi = lo + keys[i + 1] - keys[i]  # a range never spans two repetitions
+            out += [
+                [repetition, a, min(a + self.size, hi)]
+                for a in range(lo, hi, self.size)
+            ]
+        return out
+
+    @staticmethod
+    def _reply(request: m.GetSplit, splits: list[list[int]]) -> m.GetSplitReply:
         return m.GetSplitReply(request_id=request.request_id, splits=splits)
+
+
+def keys_of(splits: Sequence[Sequence[int]]) -> Ranges:
+    """The keys of ``[repetition, lo, hi]`` splits.
+
+    >>> keys_of([[0, 0, 5], [0, 5, 9], [1, 0, 2]]) == [0, 9, lineage.STRIDE, lineage.STRIDE + 2]
+    True
+    """
+    keys = Ranges()
+    for repetition, lo, hi in splits:
+        keys.add(lineage.key(repetition, lo), lineage.key(repetition, hi))
+    return keys

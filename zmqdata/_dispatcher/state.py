@@ -43,6 +43,7 @@ from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import (
     FailedPreconditionError,
@@ -236,34 +237,43 @@ class DispatcherState:
         return outgoing
 
     def _tick(self, now: float) -> list[Outgoing]:
+        out: list[Outgoing] = []
         if now >= self._liveness_due:
-            self._liveness_due = self._drop_silent(now)
+            self._liveness_due = self._drop_silent(now, out)
         if self._gc_due is None or now >= self._gc_due:
             self._gc_due = now + self.config.job_gc_check_interval_ms / 1000
             self._collect_iterations(now)
-        return []
+        return out
 
-    def _drop_silent(self, now: float) -> float:
+    def _drop_silent(self, now: float, out: list[Outgoing]) -> float:
         """Drops timed-out workers and clients; returns when the next one can time out.
 
         Heartbeats only move a peer's time out later and new peers are seen
         now, so no peer times out before the returned time: ticks until then
-        skip the scan (a tick does not cost O(peers)).
+        skip the scan (a tick does not cost O(peers)). Tasks started to
+        recover lost keys are added to ``out``.
         """
         records = self.records
         worker_timeout = self.config.worker_timeout_ms / 1000
         for worker in list(records.workers.values()):
             if now - worker.last_seen > worker_timeout:
                 logger.info("worker %s timed out", worker.worker_address)
-                self.apply(ev.WorkerRemoved(worker.worker_id))
+                out += self._remove_worker(worker.worker_id)
         client_timeout = self.config.client_timeout_ms / 1000
         for client in list(records.clients.values()):
             if now - client.last_seen > client_timeout:
                 logger.info("client %d timed out", client.client_id)
-                self.apply(ev.ClientReleased(client.client_id, now))
+                out += self._release(client, now)
         due = [w.last_seen + worker_timeout for w in records.workers.values()]
         due += [c.last_seen + client_timeout for c in records.clients.values()]
         return min(due, default=now + min(worker_timeout, client_timeout))
+
+    def _remove_worker(self, worker_id: int) -> list[Outgoing]:
+        """Drops a worker and its tasks; their lost keys may need a new task."""
+        tasks = self.records.worker_tasks.get(worker_id, {}).values()
+        iteration_ids = sorted({task.iteration_id for task in tasks})
+        self.apply(ev.WorkerRemoved(worker_id))
+        return [push for i in iteration_ids for push in self._recover(i)]
 
     def _collect_iterations(self, now: float) -> None:
         """Job GC: drops unfinished iterations nobody read for ``job_gc_timeout_ms``.
@@ -299,12 +309,12 @@ class DispatcherState:
     def _register_worker(
         self, peer: bytes, msg: m.RegisterWorker, now: float
     ) -> list[Outgoing]:
-        same = self._replace_earlier(peer, msg)
+        same, out = self._replace_earlier(peer, msg)
         if same is not None:
             # The same worker again (a retry, or after a fault-tolerant
             # restart): it keeps its id and its tasks, splits included.
             same.last_seen = now
-            return [(peer, self._registered(msg.request_id, same))]
+            return [(peer, self._registered(msg.request_id, same)), *out]
         workers = self.records.workers
         worker_id = self.records.next_id
         taken = set()
@@ -332,22 +342,24 @@ class DispatcherState:
         for iteration in list(self.records.iterations.values()):
             if self._running(iteration) and self._serves(iteration, worker):
                 self._create_task(iteration.iteration_id, worker_id)
-        return [(peer, self._registered(msg.request_id, worker))]
+        return [(peer, self._registered(msg.request_id, worker)), *out]
 
     def _replace_earlier(
         self, peer: bytes, msg: m.RegisterWorker
-    ) -> model.Worker | None:
+    ) -> tuple[model.Worker | None, list[Outgoing]]:
         """The registering worker's record if it has one; removes the others.
 
         A record with the worker's address but another peer or data address is
-        an earlier worker there (one that restarted): it is gone.
+        an earlier worker there (one that restarted): it is gone (and what
+        that starts to recover its tasks' keys is returned).
         """
         here = self.records.workers_at.get(msg.worker_address, set())
+        out: list[Outgoing] = []
         for old in [self.records.workers[i] for i in sorted(here)]:
             if old.peer == peer and old.data_address == msg.data_address:
-                return old
-            self.apply(ev.WorkerRemoved(old.worker_id))
-        return None
+                return old, out
+            out += self._remove_worker(old.worker_id)
+        return None, out
 
     def _worker_heartbeat(
         self, peer: bytes, msg: m.WorkerHeartbeat, now: float
@@ -363,18 +375,21 @@ class DispatcherState:
         worker.last_seen = now  # liveness, not state: no event
         previous = self.worker_samples.get(worker.worker_id)  # metrics, not state
         self.worker_samples[worker.worker_id] = samples.sample(previous, msg.stats, now)
+        out: list[Outgoing] = []
         for task_id, finished in msg.tasks:
             task = self.records.tasks.get(task_id)
             if finished and task and task.worker_id == worker.worker_id:
-                self._finish(task)
-        return [(peer, replies.task_changes(self.records, self.config, worker, msg))]
+                out += self._finish(task)
+        changes = replies.task_changes(self.records, self.config, worker, msg)
+        return [(peer, changes), *out]
 
     def _get_split(self, peer: bytes, msg: m.GetSplit, now: float) -> list[Outgoing]:
         """Hands out the next split; a retried request gets the split it got before.
 
         The task remembers the last split it was given (journaled with it), so
         a request sent again after a stall or a dispatcher restart never
-        consumes a second split (``Splits.answer``).
+        consumes a second split (``Splits.answer``). Exactly once: lost tasks'
+        keys are handed out again first.
         """
         iteration = self._iteration(msg.iteration_id)
         job = self.records.jobs[iteration.job_id]
@@ -393,10 +408,11 @@ class DispatcherState:
                 f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
                 f"got {msg.max_splits}"
             )
-        reply, produced = Splits.of(source).answer(iteration, task, msg)
-        if produced is not None:
-            self.apply(produced)
-            self.splits_total += produced.count
+        tracked = self.records.tracked(iteration)
+        reply, handed = Splits.of(source).answer(iteration, task, msg, tracked)
+        if handed is not None:
+            self.apply(handed)
+            self.splits_total += len(reply.splits)
         return [(peer, reply)]
 
     # ------------------------------------------------------------ datasets and jobs
@@ -491,6 +507,8 @@ class DispatcherState:
             msg.cross_trainer_cache,
             msg.request_key,
             msg.local_process,
+            exactly_once=msg.exactly_once
+            and msg.processing_mode == ShardingPolicy.DYNAMIC,
         )
         named = (msg.dataset_id, msg.job_name) if msg.job_name else None
         existing_id = None if named is None else self.records.named_jobs.get(named)
@@ -516,6 +534,13 @@ class DispatcherState:
             for worker in self._workers_in((local_process,))
         ]
 
+    def _serving(self, job: model.Job) -> list[model.Worker]:
+        """The live workers that get tasks of ``job``, oldest first."""
+        candidates = list(self.records.workers.values())
+        if placement.reads_local_processes(job):  # only its consumers' processes
+            candidates = self._workers_in(job.consumer_processes)
+        return [worker for worker in candidates if placement.serves(job, worker)]
+
     def _workers_in(self, processes: Iterable[str]) -> list[model.Worker]:
         """The workers in ``processes``, oldest first (an index, not a scan)."""
         index = self.records.workers_in
@@ -536,9 +561,13 @@ class DispatcherState:
             raise NotFoundError(f"job {msg.job_id} does not exist")
         out: list[Outgoing] = []
         iteration_id = job.iterations.get(msg.repetition)
+        if msg.resume is not None:
+            checks.check_resume(job, created=iteration_id is None)
         if iteration_id is None:
             iteration_id = records.next_id
             self.apply(ev.IterationCreated(iteration_id, job.job_id, msg.repetition))
+            if msg.resume:
+                self.apply(ev.IterationResumed(iteration_id, tuple(msg.resume)))
             out = self._start(records.iterations[iteration_id])
         client_id = records.next_id
         self.apply(ev.ClientAcquired(client_id, iteration_id, now, msg.request_key))
@@ -548,13 +577,9 @@ class DispatcherState:
     def _start(self, iteration: model.Iteration) -> list[Outgoing]:
         """A new iteration's tasks (and coordinated schedule), pushed to workers."""
         job = self.records.jobs[iteration.job_id]
-        candidates = list(self.records.workers.values())
-        if placement.reads_local_processes(job):  # only its consumers' processes
-            candidates = self._workers_in(job.consumer_processes)
         tasks = [
             self._create_task(iteration.iteration_id, worker.worker_id)
-            for worker in candidates
-            if placement.serves(job, worker)
+            for worker in self._serving(job)
         ]
         if job.num_consumers is not None:
             task_ids = tuple(t.task_id for t in tasks)
@@ -582,17 +607,41 @@ class DispatcherState:
     def _client_heartbeat(
         self, peer: bytes, msg: m.ClientHeartbeat, now: float
     ) -> list[Outgoing]:
+        """Acks first (a fence promises they are all in), then the fence.
+
+        Then finished tasks and the coordinated horizon.
+        """
         client = self._client(msg.client_id)
         client.last_seen = now  # liveness, not state: no event
         iteration = self.records.iterations[client.iteration_id]
+        self._ack(iteration, msg.acked)
+        if _fences(iteration, client.client_id, msg.task_epoch):
+            fenced = ev.ClientFenced(
+                iteration.iteration_id, client.client_id, msg.task_epoch
+            )
+            self.apply(fenced)
+        out = self._recover(iteration.iteration_id)
         for task_id in msg.finished_tasks:
             task = iteration.tasks.get(task_id)
             if task is not None:
-                self._finish(task)
+                out += self._finish(task)
         wanted = (msg.current_round or 0) + ROUND_MARGIN
         if iteration.schedule and wanted > iteration.horizon:
             self.apply(ev.HorizonExtended(iteration.iteration_id, wanted))
-        return [(peer, self._state_of(client, msg.request_id))]
+        return [(peer, self._state_of(client, msg.request_id)), *out]
+
+    def _ack(self, iteration: model.Iteration, acked: list[list[int]]) -> None:
+        """Applies a consumer's acknowledgements (``[task_id, lo, hi, ...]``).
+
+        Only those that change something are events: keys of an unknown task,
+        or of an iteration that does not track them, are ignored.
+        """
+        if not acked or not self.records.tracked(iteration):
+            return
+        for task_id, *keys in acked:
+            held = _held(iteration, task_id)
+            if held is not None and _overlaps(held, keys):
+                self.apply(ev.RangesAcked(iteration.iteration_id, task_id, tuple(keys)))
 
     def _state_of(self, client: model.Client, request_id: int) -> m.IterationState:
         return replies.iteration_state(
@@ -602,9 +651,17 @@ class DispatcherState:
     def _release_client(
         self, peer: bytes, msg: m.ReleaseIterationClient, now: float
     ) -> list[Outgoing]:
-        if msg.client_id in self.records.clients:
-            self.apply(ev.ClientReleased(msg.client_id, now))
-        return [(peer, m.Ok(request_id=msg.request_id))]
+        client = self.records.clients.get(msg.client_id)
+        out: list[Outgoing] = []
+        if client is not None:
+            self._ack(self.records.iterations[client.iteration_id], msg.acked)
+            out = self._release(client, now)
+        return [(peer, m.Ok(request_id=msg.request_id)), *out]
+
+    def _release(self, client: model.Client, now: float) -> list[Outgoing]:
+        """A client leaves; lost tasks' keys it held back may need a new task."""
+        self.apply(ev.ClientReleased(client.client_id, now))
+        return self._recover(client.iteration_id)
 
     # ------------------------------------------------------------ tasks
 
@@ -622,9 +679,39 @@ class DispatcherState:
             self.apply(ev.ScheduleChanged(iteration_id, iteration.horizon, task_ids))
         return self.records.tasks[task_id]
 
-    def _finish(self, task: model.Task) -> None:
-        if not task.finished:
-            self.apply(ev.TaskFinished(task.task_id))
+    def _finish(self, task: model.Task) -> list[Outgoing]:
+        if task.finished:
+            return []
+        self.apply(ev.TaskFinished(task.task_id))
+        return self._recover(task.iteration_id)
+
+    def _recover(self, iteration_id: int) -> list[Outgoing]:
+        """Exactly once: a new task for keys to hand out again, if none would.
+
+        Needed when every task of the iteration is finished or lost: the
+        least busy live worker that serves the job gets one (none: the next
+        worker to register does).
+        """
+        iteration = self.records.iterations.get(iteration_id)
+        if (
+            iteration is None
+            or not iteration.pending
+            or not self._running(iteration)
+            or not all(task.finished for task in iteration.tasks.values())
+        ):
+            return []
+        workers = self._serving(self.records.jobs[iteration.job_id])
+        if not workers:
+            return []
+        busy = self.records.worker_tasks
+        worker = min(workers, key=lambda w: len(busy.get(w.worker_id, ())))
+        logger.info(
+            "iteration %d: a new task on worker %s hands out %d lost keys again",
+            iteration_id,
+            worker.worker_address,
+            iteration.pending.count_keys(),
+        )
+        return [self._push(self._create_task(iteration_id, worker.worker_id))]
 
     def _iteration(self, iteration_id: int) -> model.Iteration:
         iteration = self.records.iterations.get(iteration_id)
@@ -655,3 +742,28 @@ class DispatcherState:
     def _get_status(self, peer: bytes, msg: m.GetStatus, now: float) -> list[Outgoing]:
         reply = m.GetStatusReply(request_id=msg.request_id, status=self.status())
         return [(peer, reply)]
+
+
+def _held(iteration: model.Iteration, task_id: int) -> Ranges | None:
+    """The unacknowledged keys of a task of ``iteration``, live or lost."""
+    task = iteration.tasks.get(task_id)
+    if task is not None:
+        return task.unacked
+    orphan = iteration.orphans.get(task_id)
+    return None if orphan is None else orphan["keys"]
+
+
+def _overlaps(held: Ranges, keys: Sequence[int]) -> bool:
+    """Whether any of ``keys`` (flat ranges) is in ``held``."""
+    return any(
+        held.missing(keys[i], keys[i + 1]) != [keys[i], keys[i + 1]]
+        for i in range(0, len(keys), 2)
+    )
+
+
+def _fences(iteration: model.Iteration, client_id: int, epoch: int) -> bool:
+    """Whether a client echoing ``epoch`` lets go of a lost task it held back."""
+    return any(
+        client_id in orphan["waiting"] and orphan["epoch"] <= epoch
+        for orphan in iteration.orphans.values()
+    )

@@ -96,18 +96,30 @@ def _split_progress(
     }
 
 
+def _lost_keys(iterations: list[model.Iteration]) -> dict[str, int]:
+    """Exactly once: lost tasks' keys to hand out again, and still fenced."""
+    return {
+        "pending": sum(i.pending.count_keys() for i in iterations),
+        "orphaned": sum(
+            o["keys"].count_keys() for i in iterations for o in i.orphans.values()
+        ),
+    }
+
+
 def _job(records: ClusterRecords, job: model.Job) -> dict[str, Any]:
     iterations = [records.iterations[i] for i in job.iterations.values()]
     source = records.datasets[job.dataset_id].split_source
     splits = _split_progress(source, job, iterations)
     return {
         **({} if splits is None else {"splits": splits}),
+        **({"lost_keys": _lost_keys(iterations)} if job.exactly_once else {}),
         "job_id": job.job_id,
         "job_name": job.name,
         "dataset_id": job.dataset_id,
         "processing_mode": model.mode_name(job.processing_mode),
         "num_consumers": job.num_consumers,
         "cross_trainer_cache": job.cross_trainer_cache,
+        "exactly_once": job.exactly_once,
         "target_workers": job.target_workers,
         "num_iterations": len(iterations),
         "num_clients": sum(len(i.clients) for i in iterations),
