@@ -106,9 +106,14 @@ class Reader:
         self.core.request_more(self.now)
 
     def reply(
-        self, request: m.GetElements, elements: list[Any], end: bool = False
+        self,
+        request: m.GetElements,
+        elements: list[Any],
+        end: bool = False,
+        lineage: list[int] | None = None,
     ) -> None:
-        """The worker answers ``request`` with ``elements``."""
+        """The worker answers ``request`` with ``elements`` (covering ``lineage``,
+        one key each unless the last ones are dropped keys)."""
         group = frames.encode(elements) if elements else []
         header = m.Elements(
             request_id=request.request_id,
@@ -117,6 +122,8 @@ class Reader:
             end_of_sequence=end,
             rounds=request.rounds[: len(elements)],
             parts=[len(group)] if group else [],
+            lineage=lineage or [],
+            widths=[len(elements), 1] if lineage and elements else [],
         )
         self.core.on_worker(header, [b"", *group], self.now)
 

@@ -44,6 +44,7 @@ def test_a_task_def_is_the_map_workers_always_got() -> None:
         ("compression", "AUTO"),
         ("num_consumers", None),
         ("cross_trainer_cache", True),
+        ("exactly_once", False),
     ]
 
 

@@ -66,3 +66,25 @@ def test_a_failed_cache_refuses_a_trainer_at_its_end() -> None:
     cache.finish(("DATA_LOSS", "boom"))
     assert answer(_request(trainer_id="a"), cache) == Send([Raw(1)], False)
     assert answer(_request(trainer_id="a"), cache) == Refuse("DATA_LOSS", "boom")
+
+
+def test_a_tracked_reply_says_what_its_elements_cover_and_the_end_what_was_dropped() -> (
+    None
+):
+    buffer = TaskBuffer(max_items=8, max_bytes=1024)
+    for k in (3, 4, 9):
+        buffer.put(Raw(k), 8, lineage=(k, k + 1))
+    request = _request(2)
+    first = answer(request, buffer, tracked=True)
+    assert isinstance(first, Send)
+    assert first.coverage is not None
+    assert (first.coverage.keys, first.coverage.widths) == ([3, 5], [2, 1])
+    buffer.finish(None, dropped=(5, 9))
+    last = answer(request, buffer, tracked=True)
+    assert isinstance(last, Send)
+    assert last.coverage is not None
+    assert last.end_of_sequence
+    assert (last.coverage.keys, last.coverage.widths) == ([9, 10, 5, 9], [1, 1])
+    untracked = answer(request, buffer)
+    assert isinstance(untracked, Send)
+    assert untracked.coverage is None

@@ -4,7 +4,9 @@ Exactly once (``_wire/lineage.py``): every data reply says which source keys
 its elements stand for. The reader reports them per task in each heartbeat
 until the dispatcher answers that heartbeat, so a lost heartbeat (a
 dispatcher stalled or restarting) loses no acknowledgement; reporting a key
-twice is harmless.
+twice is harmless. A report holds at most ``REPORT_NUMBERS`` numbers (the
+dispatcher refuses more); what does not fit goes in the next heartbeats, and
+``complete`` says whether everything received was reported.
 
 >>> acks = Acks()
 >>> acks.received(7, [0, 4]); acks.received(7, [4, 6])
@@ -20,6 +22,9 @@ from collections.abc import Sequence
 
 from zmqdata._wire.lineage import Ranges
 
+REPORT_NUMBERS = 8_192
+"""The most task ids and keys one heartbeat reports (the dispatcher's cap is 65,536)."""
+
 
 class Acks:
     """Per task, the keys received and not confirmed; what each heartbeat carried."""
@@ -28,6 +33,8 @@ class Acks:
         self._open: dict[int, Ranges] = {}
         self._sent: dict[int, list[list[int]]] = {}
         """Heartbeat request id -> the report it carried."""
+        self.complete = True
+        """Whether the last report held every key received and not confirmed."""
 
     def received(self, task_id: int, keys: Sequence[int]) -> None:
         """A reply of ``task_id`` covered ``keys`` (flat ranges)."""
@@ -36,7 +43,15 @@ class Acks:
 
     def report(self, request_id: int) -> list[list[int]]:
         """``[[task_id, lo, hi, ...], ...]`` for the heartbeat ``request_id``."""
-        report = [[task_id, *keys] for task_id, keys in self._open.items()]
+        report, room = [], REPORT_NUMBERS
+        for task_id, keys in self._open.items():
+            part = keys[: max(0, room - 1) // 2 * 2]
+            if part:
+                report.append([task_id, *part])
+                room -= 1 + len(part)
+        self.complete = sum(len(keys) for keys in self._open.values()) == sum(
+            len(entry) - 1 for entry in report
+        )
         if report:
             self._sent[request_id] = report
         return report

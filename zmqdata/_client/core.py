@@ -185,6 +185,9 @@ class ReadCore:
         self.acks = Acks()
         """Exactly once: keys received, reported until the dispatcher confirms."""
         self._task_epoch = 0
+        """The task epoch of the last state applied (tasks it dropped are not read)."""
+        self._fenced_epoch = 0
+        """The epoch last reported: every ack of the tasks dropped by then is sent."""
         self.done = False
         self._finished = False
         self._incarnation: str | None = None
@@ -252,14 +255,17 @@ class ReadCore:
             t.task_id for t in self.tasks.values() if t.finished and not t.requests
         ]
         request_id = self.next_request_id()
+        acked = self.acks.report(request_id)
+        if self.acks.complete:  # no ack of a dropped task is left unsent
+            self._fenced_epoch = self._task_epoch
         self.transport.to_dispatcher(
             m.ClientHeartbeat(
                 request_id=request_id,
                 client_id=self.client_id,
                 finished_tasks=finished,
                 current_round=self.plan.current_round(),
-                acked=self.acks.report(request_id),
-                task_epoch=self._task_epoch,
+                acked=acked,
+                task_epoch=self._fenced_epoch,
             )
         )
         self._heartbeat_due = now + self.timeouts.heartbeat_s
