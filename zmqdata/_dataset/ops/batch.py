@@ -8,8 +8,14 @@ import numpy as np
 
 from zmqdata._dataset import structure
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    UnaryIterator,
+    consuming,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
+from zmqdata._wire.lineage import EMPTY, Lineage, join
 
 
 class Batch(Op):
@@ -31,10 +37,11 @@ class Batch(Op):
         )
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _BatchIterator(
+        size, drop_remainder = node.args["batch_size"], node.args["drop_remainder"]
+        return consuming(
+            ctx,
             make_iterator(node.inputs[0], ctx),
-            node.args["batch_size"],
-            node.args["drop_remainder"],
+            lambda source: _BatchIterator(source, size, drop_remainder),
         )
 
 
@@ -96,7 +103,8 @@ class Unbatch(Op):
         )
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _UnbatchIterator(make_iterator(node.inputs[0], ctx))
+        kind = _LineageUnbatchIterator if ctx.lineage else _UnbatchIterator
+        return kind(make_iterator(node.inputs[0], ctx))
 
 
 class _UnbatchIterator(UnaryIterator):
@@ -107,10 +115,13 @@ class _UnbatchIterator(UnaryIterator):
 
     def __next__(self) -> Any:
         while self._index >= self._size:
-            self._batch = next(self._input)
-            self._size, self._index = structure.first_dim(self._batch), 0
+            self._load(next(self._input))
         self._index += 1
         return structure.slice_at(self._batch, self._index - 1)
+
+    def _load(self, batch: Any) -> None:
+        self._batch = batch
+        self._size, self._index = structure.first_dim(batch), 0
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -127,3 +138,27 @@ class _UnbatchIterator(UnaryIterator):
             state["size"],
             state["index"],
         )
+
+
+class _LineageUnbatchIterator(_UnbatchIterator):
+    """The last element of a batch stands for the batch (and empty ones before it)."""
+
+    def __init__(self, source: DatasetIterator) -> None:
+        super().__init__(source)
+        self._held: Lineage = EMPTY
+
+    def _load(self, batch: Any) -> None:
+        super()._load(batch)
+        self._held = join(self._held, self._input.lineage)
+
+    def __next__(self) -> Any:
+        element = super().__next__()
+        if self._index == self._size:
+            self.lineage, self._held = self._held, EMPTY
+        else:
+            self.lineage = EMPTY
+        return element
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._held = EMPTY

@@ -2,7 +2,8 @@
 
 Splittable sources (range, from_tensor_slices, list_files) can list their
 splits and read only the splits a ``SplitProvider`` hands them: index ranges
-``[lo, hi]`` for the first two, file paths for ``list_files``.
+``[lo, hi]`` (``list_files``: one file each, ``[k, k + 1]``), or ``[lo, hi,
+base]`` where the keys of their elements (their lineage) start at ``base``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from zmqdata._dataset import structure
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
 from zmqdata._dataset.node import Node, Op
+from zmqdata._wire.lineage import EMPTY
 from zmqdata.errors import InvalidArgumentError
 
 
@@ -54,8 +56,9 @@ class SplittableSource(Op):
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         provider = ctx.provider_for(node)
         if provider is None:
-            provider = _WholeSource(self.cardinality(node, []))
-        return _SplitIterator(self, node, provider)
+            return _SplitIterator(self, node, _WholeSource(self.cardinality(node, [])))
+        kind = _LineageSplitIterator if ctx.lineage else _SplitIterator
+        return kind(self, node, provider)
 
 
 class _WholeSource(SplitProvider):
@@ -80,7 +83,7 @@ class _WholeSource(SplitProvider):
 
 
 class _SplitIterator(DatasetIterator):
-    """Reads index splits ``[lo, hi]`` of an indexable source."""
+    """Reads index splits ``[lo, hi]`` (or ``[lo, hi, base]``) of an indexable source."""
 
     def __init__(
         self, op: SplittableSource, node: Node, provider: SplitProvider
@@ -124,6 +127,33 @@ class _SplitIterator(DatasetIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         self._split, self._next_index = state["split"], state["next_index"]
         self._provider.set_state(state["provider"])
+
+
+class _LineageSplitIterator(_SplitIterator):
+    """A ``_SplitIterator`` whose elements stand for their own keys, ``base + index``."""
+
+    def __next__(self) -> Any:
+        element = super().__next__()
+        key = self._base() + self._next_index
+        self.lineage = (key - 1, key)
+        return element
+
+    def next_column(self, limit: int) -> np.ndarray | None:
+        column = super().next_column(limit)
+        if column is None or not len(column):
+            self.lineage = EMPTY
+        else:
+            base = self._base()
+            self.lineage = (
+                base + self._next_index - len(column),
+                base + self._next_index,
+            )
+        return column
+
+    def _base(self) -> int:
+        split = self._split
+        assert split is not None  # an element was read from it
+        return int(split[2]) if len(split) > 2 else 0
 
 
 class Range(SplittableSource):
@@ -174,32 +204,17 @@ class ListFiles(SplittableSource):
         return len(node.args["files"])
 
     def split_at(self, node: Node, max_split_size: int, index: int) -> Split:
+        return [index, index + 1]
+
+    def read(self, node: Node, index: int) -> Any:
         return node.args["files"][index]
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        provider = ctx.provider_for(node)
-        if provider is not None:
-            return _FileSplitIterator(provider)
+        if ctx.provider_for(node) is not None:
+            return super().iterator(node, ctx)
         if node.args["shuffle"]:
             return _ShuffledFilesIterator(node, ctx)
         return _ListIterator(list(node.args["files"]))
-
-
-class _FileSplitIterator(DatasetIterator):
-    def __init__(self, provider: SplitProvider) -> None:
-        self._provider = provider
-
-    def __next__(self) -> Any:
-        split = self._provider.next_split()
-        if split is None:
-            raise StopIteration
-        return split
-
-    def get_state(self) -> dict[str, Any]:
-        return {"provider": self._provider.get_state()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self._provider.set_state(state["provider"])
 
 
 class _ListIterator(DatasetIterator):
