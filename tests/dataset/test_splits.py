@@ -150,7 +150,7 @@ def test_list_files_runs_over_file_splits(files):
     assert run_over(read, source, chosen) == ["d.dat", "a.dat"]
     assert run_over(read, source, [[1, 3]]) == ["b.dat", "c.dat"]
     every = splits_of(source, 1)
-    assert run_over(source, source, every) == sorted(list(source))
+    assert run_over(source, source, every) == sorted(source)
 
 
 def test_repeat_above_the_source_rereads_the_splits():

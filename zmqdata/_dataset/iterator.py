@@ -251,6 +251,44 @@ class _Consumed(DatasetIterator):
         self._op.close()
 
 
+class Reorder:
+    """The lineages of elements an op returns in another order than it read them.
+
+    An element's lineage may claim keys that elements read before it still
+    hold (the last element of an unbatched batch claims the batch): so an
+    element's lineage is released only once every element read before it has
+    been returned. ``enter`` numbers an element read, ``leave`` returns what
+    may be claimed once it is returned.
+
+    >>> order = Reorder()
+    >>> a, b = order.enter((0, 1)), order.enter((1, 2))
+    >>> order.leave(b), order.leave(a)
+    ((), (0, 2))
+    """
+
+    __slots__ = ("_held", "_left", "_low", "_read")
+
+    def __init__(self) -> None:
+        self._read = self._low = 0
+        self._held: dict[int, Lineage] = {}  # read, not returned
+        self._left: dict[int, Lineage] = {}  # returned, an earlier one not yet
+
+    def enter(self, lineage: Lineage) -> int:
+        """Numbers an element just read, of ``lineage``."""
+        self._read += 1
+        self._held[self._read - 1] = lineage
+        return self._read - 1
+
+    def leave(self, number: int) -> Lineage:
+        """What element ``number``, returned now, may claim."""
+        self._left[number] = self._held.pop(number)
+        released = EMPTY
+        while self._low in self._left:
+            released = join(released, self._left.pop(self._low))
+            self._low += 1
+        return released
+
+
 def consuming(
     ctx: IterContext,
     source: DatasetIterator,

@@ -8,7 +8,8 @@ and ``deterministic=False`` the cycle skips a slot that has no element ready
 
 Lineage: the datasets the function makes never read the split source; an input
 element stands for everything its dataset yielded, so its lineage goes with the
-first element returned after its dataset is exhausted.
+first element returned after its dataset (and those of the input elements read
+before it: ``Reorder``) are exhausted.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from typing import Any
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext
+from zmqdata._dataset.iterator import DatasetIterator, IterContext, Reorder
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import (
     PENDING,
@@ -57,9 +58,10 @@ class Interleave(Op):
 
 class _Slot:
     def __init__(
-        self, argument: Any, iterator: DatasetIterator, lineage: Lineage = EMPTY
+        self, argument: Any, iterator: DatasetIterator, number: int | None
     ) -> None:
-        self.argument, self.iterator, self.lineage = argument, iterator, lineage
+        self.argument, self.iterator = argument, iterator
+        self.number = number  # in ``_InterleaveIterator._order`` (with lineage)
 
 
 class _InterleaveIterator(DatasetIterator):
@@ -73,7 +75,7 @@ class _InterleaveIterator(DatasetIterator):
         lineage: bool,
     ) -> None:
         self._input, self._fn = source, fn
-        self._track = lineage
+        self._order = Reorder() if lineage else None
         self._released: Lineage = EMPTY  # of input elements whose dataset ended
         self._block_length, self._parallel = block_length, parallel
         self._slots: list[_Slot | None] = [None] * cycle_length
@@ -97,8 +99,8 @@ class _InterleaveIterator(DatasetIterator):
 
     def _fill_slot(self, argument: Any) -> _Slot:
         """Opens the dataset of ``argument`` (just read) in the current slot."""
-        lineage = self._input.lineage
-        slot = _Slot(argument, self._open(argument), lineage)
+        number = None if self._order is None else self._order.enter(self._input.lineage)
+        slot = _Slot(argument, self._open(argument), number)
         self._slots[self._cycle_index] = slot
         return slot
 
@@ -106,12 +108,13 @@ class _InterleaveIterator(DatasetIterator):
         """Closes the current slot, whose dataset is exhausted."""
         slot.iterator.close()
         self._slots[self._cycle_index] = None
-        self._released = join(self._released, slot.lineage)
+        if self._order is not None and slot.number is not None:
+            self._released = join(self._released, self._order.leave(slot.number))
         self._advance()
 
     def _returned(self) -> None:
         """Gives the element about to be returned the lineage released so far."""
-        if self._track:
+        if self._order is not None:
             self.lineage, self._released = self._released, EMPTY
 
     def _advance(self) -> None:
@@ -164,9 +167,12 @@ class _InterleaveIterator(DatasetIterator):
         self._end_of_input = state["end_of_input"]
         self._released = EMPTY
         self._close_slots()
+        if self._order is not None:
+            self._order = Reorder()
         for index, saved in enumerate(state["slots"]):
             if saved is not None:
-                slot = _Slot(saved["argument"], self._open(saved["argument"]))
+                number = None if self._order is None else self._order.enter(EMPTY)
+                slot = _Slot(saved["argument"], self._open(saved["argument"]), number)
                 slot.iterator.set_state(saved["state"])
                 self._slots[index] = slot
 

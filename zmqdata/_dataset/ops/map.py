@@ -12,12 +12,13 @@ from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import (
     DatasetIterator,
     IterContext,
+    Reorder,
     UnaryIterator,
     consuming,
 )
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import resolve_parallelism
-from zmqdata._wire.lineage import EMPTY, Lineage
+from zmqdata._wire.lineage import EMPTY
 
 
 class Map(Op):
@@ -60,7 +61,8 @@ class _ParallelMapIterator(DatasetIterator):
     """Keeps ``parallelism`` calls in flight; yields in input order if deterministic.
 
     Its position can't be saved: calls in flight have consumed input already.
-    With ``lineage``, each call's input lineage is kept with its future.
+    With ``lineage``, each call's input lineage is kept with its future, and
+    released in input order (``Reorder``).
     """
 
     def __init__(
@@ -78,7 +80,8 @@ class _ParallelMapIterator(DatasetIterator):
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zmqdata-map")
         self._pending: deque[Future[Any]] = deque()
         self._exhausted = False
-        self._lineages: dict[Future[Any], Lineage] | None = {} if lineage else None
+        self._order = Reorder() if lineage else None
+        self._numbers: dict[Future[Any], int] = {}
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._pending) < self._parallelism:
@@ -91,11 +94,13 @@ class _ParallelMapIterator(DatasetIterator):
                 failed: Future[Any] = Future()
                 failed.set_exception(error)
                 self._pending.append(failed)
+                if self._order is not None:
+                    self._numbers[failed] = self._order.enter(EMPTY)
                 return
             future = self._pool.submit(call_unpacked, self._fn, element)
             self._pending.append(future)
-            if self._lineages is not None:
-                self._lineages[future] = self._input.lineage
+            if self._order is not None:
+                self._numbers[future] = self._order.enter(self._input.lineage)
 
     def __next__(self) -> Any:
         self._fill()
@@ -107,8 +112,8 @@ class _ParallelMapIterator(DatasetIterator):
             done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
             future = next(f for f in self._pending if f in done)
             self._pending.remove(future)
-        if self._lineages is not None:
-            self.lineage = self._lineages.pop(future, EMPTY)
+        if self._order is not None:
+            self.lineage = self._order.leave(self._numbers.pop(future))
         return future.result()
 
     def close(self) -> None:

@@ -7,9 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    Reorder,
+    UnaryIterator,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
-from zmqdata._wire.lineage import EMPTY, Lineage
+from zmqdata._wire.lineage import EMPTY
 
 _FIXED_SEEDS: weakref.WeakKeyDictionary[Node, int] = weakref.WeakKeyDictionary()
 """Seeds drawn once per dataset for ``seed=None, reshuffle_each_iteration=False``."""
@@ -100,11 +105,12 @@ class _ShuffleIterator(UnaryIterator):
 
 
 class _LineageShuffleIterator(_ShuffleIterator):
-    """Each element keeps its lineage through the buffer (a list beside it)."""
+    """Releases lineages in the order the elements were read (``Reorder``)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._lineages: list[Lineage] = []
+        self._order = Reorder()
+        self._numbers: list[int] = []
 
     def _refill(self) -> None:
         while not self._input_done and len(self._buffer) < self._capacity:
@@ -113,16 +119,17 @@ class _LineageShuffleIterator(_ShuffleIterator):
             except StopIteration:
                 self._input_done = True
             else:
-                self._lineages.append(self._input.lineage)
+                self._numbers.append(self._order.enter(self._input.lineage))
 
     def __next__(self) -> Any:
         self._refill()
         if not self._buffer:
             raise StopIteration
         index = int(self._rng.integers(len(self._buffer)))
-        self.lineage = _swap_pop(self._lineages, index)
+        self.lineage = self._order.leave(_swap_pop(self._numbers, index))
         return _swap_pop(self._buffer, index)
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self._lineages = [EMPTY] * len(self._buffer)
+        self._order = Reorder()
+        self._numbers = [self._order.enter(EMPTY) for _ in self._buffer]
