@@ -207,7 +207,8 @@ class Tap(UnaryIterator):
 
     def __next__(self) -> Any:
         element = next(self._input)
-        self.taken = join(self.taken, self._input.lineage)
+        taken = self.taken
+        self.taken = join(taken, self._input.lineage) if taken else self._input.lineage
         return element
 
     def next_column(self, limit: int) -> np.ndarray | None:

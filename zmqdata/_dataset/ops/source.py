@@ -91,6 +91,7 @@ class _SplitIterator(DatasetIterator):
         self._op, self._node, self._provider = op, node, provider
         self._split: Split | None = None
         self._next_index = 0
+        self._base = 0  # the key of index 0 in the current split
 
     def _advance(self) -> bool:
         """Moves to a split with indices left; False at the end."""
@@ -99,6 +100,7 @@ class _SplitIterator(DatasetIterator):
             if self._split is None:
                 return False
             self._next_index = self._split[0]
+            self._base = _base_of(self._split)
         return True
 
     def __next__(self) -> Any:
@@ -126,34 +128,35 @@ class _SplitIterator(DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._split, self._next_index = state["split"], state["next_index"]
+        self._base = 0 if self._split is None else _base_of(self._split)
         self._provider.set_state(state["provider"])
+
+
+def _base_of(split: Split) -> int:
+    """The key of index 0 in ``split``: ``[lo, hi, base]`` or ``[lo, hi]`` (0)."""
+    return int(split[2]) if len(split) > 2 else 0
 
 
 class _LineageSplitIterator(_SplitIterator):
     """A ``_SplitIterator`` whose elements stand for their own keys, ``base + index``."""
 
-    def __next__(self) -> Any:
-        element = super().__next__()
-        key = self._base() + self._next_index
-        self.lineage = (key - 1, key)
-        return element
+    def __next__(self) -> Any:  # _SplitIterator's, inlined: the hot path of W1
+        if not self._advance():
+            raise StopIteration
+        index = self._next_index
+        self._next_index = index + 1
+        key = self._base + index
+        self.lineage = (key, key + 1)
+        return self._op.read(self._node, index)
 
     def next_column(self, limit: int) -> np.ndarray | None:
         column = super().next_column(limit)
         if column is None or not len(column):
             self.lineage = EMPTY
         else:
-            base = self._base()
-            self.lineage = (
-                base + self._next_index - len(column),
-                base + self._next_index,
-            )
+            hi = self._base + self._next_index
+            self.lineage = (hi - len(column), hi)
         return column
-
-    def _base(self) -> int:
-        split = self._split
-        assert split is not None  # an element was read from it
-        return int(split[2]) if len(split) > 2 else 0
 
 
 class Range(SplittableSource):
