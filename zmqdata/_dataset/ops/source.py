@@ -91,7 +91,6 @@ class _SplitIterator(DatasetIterator):
         self._op, self._node, self._provider = op, node, provider
         self._split: Split | None = None
         self._next_index = 0
-        self._base = 0  # the key of index 0 in the current split
 
     def _advance(self) -> bool:
         """Moves to a split with indices left; False at the end."""
@@ -100,7 +99,6 @@ class _SplitIterator(DatasetIterator):
             if self._split is None:
                 return False
             self._next_index = self._split[0]
-            self._base = _base_of(self._split)
         return True
 
     def __next__(self) -> Any:
@@ -128,7 +126,6 @@ class _SplitIterator(DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._split, self._next_index = state["split"], state["next_index"]
-        self._base = 0 if self._split is None else _base_of(self._split)
         self._provider.set_state(state["provider"])
 
 
@@ -140,9 +137,15 @@ def _base_of(split: Split) -> int:
 class _LineageSplitIterator(_SplitIterator):
     """A ``_SplitIterator`` whose elements stand for their own keys, ``base + index``."""
 
+    _based: Split | None = None
+    """The split ``_base`` is the key of index 0 of."""
+    _base = 0
+
     def __next__(self) -> Any:  # _SplitIterator's, inlined: the hot path of W1
         if not self._advance():
             raise StopIteration
+        if self._split is not self._based:
+            self._based, self._base = self._split, _base_of(self._split)
         index = self._next_index
         self._next_index = index + 1
         key = self._base + index
@@ -154,6 +157,8 @@ class _LineageSplitIterator(_SplitIterator):
         if column is None or not len(column):
             self.lineage = EMPTY
         else:
+            if self._split is not self._based:
+                self._based, self._base = self._split, _base_of(self._split)
             hi = self._base + self._next_index
             self.lineage = (hi - len(column), hi)
         return column
