@@ -66,12 +66,13 @@ def test_from_tensor_slices_splits():
     assert splits_of(source, 3) == [[0, 3], [3, 6], [6, 7]]
 
 
-def test_list_files_splits_are_sorted_paths(files):
+def test_list_files_splits_are_one_file_each_in_sorted_order(files):
     for shuffle in (False, True):
         source = zd.Dataset.list_files(str(files / "*.dat"), shuffle=shuffle, seed=1)
-        splits = splits_of(source, 1)
-        assert splits == [str(files / n) for n in ("a.dat", "b.dat", "c.dat", "d.dat")]
-        assert all(type(s) is str for s in splits)
+        assert splits_of(source, 1) == splits_of(source, 100)
+        assert splits_of(source, 1) == [[0, 1], [1, 2], [2, 3], [3, 4]]
+        paths = [str(files / n) for n in ("a.dat", "b.dat", "c.dat", "d.dat")]
+        assert [OPS["list_files"].read(source._node, k) for k in range(4)] == paths
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, 100])
@@ -141,12 +142,15 @@ def test_subset_of_slices_splits():
 
 def test_list_files_runs_over_file_splits(files):
     source = zd.Dataset.list_files(str(files / "*.dat"), seed=3)
-    chosen = [str(files / "d.dat"), str(files / "a.dat")]
-    assert run_over(source, source, chosen) == chosen
+    chosen = [[3, 4], [0, 1]]
+    assert run_over(source, source, chosen) == [
+        str(files / n) for n in ("d.dat", "a.dat")
+    ]
     read = source.map(lambda path: pathlib.Path(path).read_text())
     assert run_over(read, source, chosen) == ["d.dat", "a.dat"]
+    assert run_over(read, source, [[1, 3]]) == ["b.dat", "c.dat"]
     every = splits_of(source, 1)
-    assert run_over(source, source, every) == every
+    assert run_over(source, source, every) == sorted(source)
 
 
 def test_repeat_above_the_source_rereads_the_splits():
@@ -192,7 +196,7 @@ def test_checkpoint_over_file_splits(files):
     out = assert_state_roundtrip(
         lambda: make_iterator(source.repeat(2)._node, context(source, splits))
     )
-    assert out == splits * 2
+    assert out == [str(files / n) for n in ("b.dat", "c.dat", "d.dat")] * 2
 
 
 # ---------------------------------------------------------------- shard

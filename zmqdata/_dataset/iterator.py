@@ -20,19 +20,24 @@ can report their position with ``get_state()`` and jump back to it with
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from zmqdata._wire.lineage import EMPTY, Lineage, join
 from zmqdata.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
     from zmqdata._dataset.node import Node
 
 Split = Any
-"""One unit of work of a splittable source: ``[lo, hi]`` indices, or a file path."""
+"""One unit of work of a splittable source: indices ``[lo, hi]`` or ``[lo, hi, base]``.
+
+The key (lineage) of source element ``i`` read in such a split is ``base + i``
+(``base`` 0 when absent).
+"""
 
 
 class SplitProvider(abc.ABC):
@@ -91,13 +96,16 @@ class IterContext:
     """What every iterator of one pass shares.
 
     ``split_source`` is the node whose data comes from ``split_provider`` rather
-    than from its whole source (set for DYNAMIC and FILE sharding).
+    than from its whole source (set for DYNAMIC and FILE sharding). With
+    ``lineage``, iterators report which split-source elements each element
+    stands for (``DatasetIterator.lineage``).
     """
 
     split_source: Node | None = None
     split_provider: SplitProvider | None = None
     shard_hint: tuple[int, int] | None = None
     passes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    lineage: bool = False
 
     def provider_for(self, node: Node) -> SplitProvider | None:
         """The split provider if ``node`` is the split source of this pass."""
@@ -126,7 +134,16 @@ class IterContext:
 
 
 class DatasetIterator(Iterator[Any], abc.ABC):
-    """An iterator over one pass of a pipeline, with a saveable position."""
+    """An iterator over one pass of a pipeline, with a saveable position.
+
+    In a context with ``lineage``, ``lineage`` is what the element (or column)
+    ``next`` last returned stands for: the keys of the split source's elements
+    that contributed only to elements returned so far, or that the pipeline
+    dropped, and that no earlier element claimed. It may claim less (never
+    more); iterators that do not track it leave it ``EMPTY``.
+    """
+
+    lineage: Lineage = EMPTY
 
     @abc.abstractmethod
     def __next__(self) -> Any: ...
@@ -176,3 +193,115 @@ class UnaryIterator(DatasetIterator):
 
     def close(self) -> None:
         self._input.close()
+
+
+class Tap(UnaryIterator):
+    """Reads through to its input; ``taken`` joins the lineages of what it read.
+
+    The consumer resets ``taken`` to ``EMPTY`` to start counting afresh.
+    """
+
+    def __init__(self, source: DatasetIterator) -> None:
+        super().__init__(source)
+        self.taken: Lineage = EMPTY
+
+    def __next__(self) -> Any:
+        element = next(self._input)
+        taken = self.taken
+        self.taken = join(taken, self._input.lineage) if taken else self._input.lineage
+        return element
+
+    def next_column(self, limit: int) -> np.ndarray | None:
+        column = self._input.next_column(limit)
+        if column is not None:
+            self.taken = join(self.taken, self._input.lineage)
+        return column
+
+    def get_state(self) -> dict[str, Any]:
+        return self._input.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._input.set_state(state)
+
+
+class _Consumed(DatasetIterator):
+    """An iterator whose elements stand for the input elements read to make them."""
+
+    def __init__(self, op: DatasetIterator, tap: Tap) -> None:
+        self._op, self._tap = op, tap
+
+    def __next__(self) -> Any:
+        self._tap.taken = EMPTY
+        element = next(self._op)
+        self.lineage = self._tap.taken
+        return element
+
+    def next_column(self, limit: int) -> np.ndarray | None:
+        self._tap.taken = EMPTY
+        column = self._op.next_column(limit)
+        self.lineage = self._tap.taken
+        return column
+
+    def get_state(self) -> dict[str, Any]:
+        return self._op.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._op.set_state(state)
+
+    def close(self) -> None:
+        self._op.close()
+
+
+class Reorder:
+    """The lineages of elements an op returns in another order than it read them.
+
+    An element's lineage may claim keys that elements read before it still
+    hold (the last element of an unbatched batch claims the batch): so an
+    element's lineage is released only once every element read before it has
+    been returned. ``enter`` numbers an element read, ``leave`` returns what
+    may be claimed once it is returned.
+
+    >>> order = Reorder()
+    >>> a, b = order.enter((0, 1)), order.enter((1, 2))
+    >>> order.leave(b), order.leave(a)
+    ((), (0, 2))
+    """
+
+    __slots__ = ("_held", "_left", "_low", "_read")
+
+    def __init__(self) -> None:
+        self._read = self._low = 0
+        self._held: dict[int, Lineage] = {}  # read, not returned
+        self._left: dict[int, Lineage] = {}  # returned, an earlier one not yet
+
+    def enter(self, lineage: Lineage) -> int:
+        """Numbers an element just read, of ``lineage``."""
+        self._read += 1
+        self._held[self._read - 1] = lineage
+        return self._read - 1
+
+    def leave(self, number: int) -> Lineage:
+        """What element ``number``, returned now, may claim."""
+        self._left[number] = self._held.pop(number)
+        released = EMPTY
+        while self._low in self._left:
+            released = join(released, self._left.pop(self._low))
+            self._low += 1
+        return released
+
+
+def consuming(
+    ctx: IterContext,
+    source: DatasetIterator,
+    build: Callable[[DatasetIterator], DatasetIterator],
+) -> DatasetIterator:
+    """``build(source)``, tracking lineage by what each ``next`` reads (if ``ctx`` does).
+
+    For ops that hold no input element across calls (filter, batch, skip,
+    ...): an element then stands for every input element read to make it,
+    those it dropped included. Without lineage, it is ``build(source)`` itself.
+    """
+    if not ctx.lineage:
+        return build(source)
+    tap = Tap(source)
+    return _Consumed(build(tap), tap)

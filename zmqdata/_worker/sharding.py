@@ -104,9 +104,11 @@ def _shard_files(
             f"required {num_workers} shards/workers; use ShardingPolicy.DATA or "
             "FILE_OR_DATA, or add files"
         )
-    mine = files[worker_index::num_workers]
     provider = _FileShardProvider(
-        mine, bool(source.args.get("shuffle")), source.args.get("seed"), worker_index
+        list(range(worker_index, len(files), num_workers)),
+        bool(source.args.get("shuffle")),
+        source.args.get("seed"),
+        worker_index,
     )
     return root, IterContext(split_source=source, split_provider=provider)
 
@@ -128,31 +130,32 @@ def _list_files_source(root: Node) -> Node | None:
 
 
 class _FileShardProvider(ListSplitProvider):
-    """One worker's files; reshuffled every repetition if ``list_files`` shuffles.
+    """One worker's files, as index splits ``[k, k + 1]`` of the ``list_files`` list.
 
-    The order of a repetition is drawn from ``(seed, worker_index, repetition)``
+    They are reshuffled every repetition if ``list_files`` shuffles: the order of a repetition is drawn from ``(seed, worker_index, repetition)``
     when ``list_files`` has a seed, so a seeded pipeline reads the same order
     on every run.
     """
 
     def __init__(
-        self, files: list[str], shuffle: bool, seed: int | None, worker_index: int
+        self, indices: list[int], shuffle: bool, seed: int | None, worker_index: int
     ) -> None:
-        self._files, self._shuffle = files, shuffle
+        self._indices, self._shuffle = indices, shuffle
         self._seed, self._worker_index = seed, worker_index
         self._repetition = 0
         super().__init__(self._order())
 
-    def _order(self) -> list[str]:
-        if not self._shuffle:
-            return list(self._files)
-        key = (
-            None
-            if self._seed is None
-            else [self._seed, self._worker_index, self._repetition]
-        )
-        permutation = np.random.default_rng(key).permutation(len(self._files))
-        return [self._files[int(i)] for i in permutation]
+    def _order(self) -> list[list[int]]:
+        order = self._indices
+        if self._shuffle:
+            key = (
+                None
+                if self._seed is None
+                else [self._seed, self._worker_index, self._repetition]
+            )
+            permutation = np.random.default_rng(key).permutation(len(order))
+            order = [order[int(i)] for i in permutation]
+        return [[k, k + 1] for k in order]
 
     def reset(self) -> None:
         self._repetition += 1
@@ -163,10 +166,10 @@ class _FileShardProvider(ListSplitProvider):
         return {
             "position": super().get_state(),
             "repetition": self._repetition,
-            "files": list(self._splits),
+            "splits": list(self._splits),
         }
 
     def set_state(self, state: Any) -> None:
         self._repetition = int(state["repetition"])
-        self._splits = list(state["files"])
+        self._splits = [list(split) for split in state["splits"]]
         super().set_state(state["position"])

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from zmqdata._dataset.constants import AUTOTUNE
-from zmqdata._dataset.iterator import DatasetIterator
+from zmqdata._dataset.iterator import DatasetIterator, UnaryIterator
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +58,22 @@ def _produce(
         put(_Failure(error))
 
 
+class _WithLineage(UnaryIterator):
+    """Yields ``(element, lineage)`` pairs of its input (for a producer thread)."""
+
+    def __next__(self) -> Any:
+        element = next(self._input)
+        return element, self._input.lineage
+
+
 class BackgroundIterator(DatasetIterator):
     """Reads ``source`` on its own thread, up to ``buffer_size`` items ahead.
 
     Errors raised by ``source`` are re-raised by ``__next__`` in order. A
     consumer reading several of them sets one ``ready`` event on all: it is set
     whenever an item (element, end or error) is added, for ``next_nowait``.
+    With ``lineage``, the producer reads each element's lineage right after it
+    and queues it with the element.
     """
 
     def __init__(
@@ -72,7 +82,11 @@ class BackgroundIterator(DatasetIterator):
         buffer_size: int,
         name: str,
         ready: threading.Event | None = None,
+        lineage: bool = False,
     ) -> None:
+        self._lineage = lineage
+        if lineage:
+            source = _WithLineage(source)
         self._source = source
         self._buffer: queue.Queue[Any] = queue.Queue(maxsize=buffer_size)
         self._stop = threading.Event()
@@ -107,6 +121,8 @@ class BackgroundIterator(DatasetIterator):
         if isinstance(item, _Failure):
             self._done = True
             raise item.error
+        if self._lineage:
+            item, self.lineage = item
         return item
 
     def close(self) -> None:

@@ -8,8 +8,13 @@ import numpy as np
 
 from zmqdata._dataset import structure
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    UnaryIterator,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
+from zmqdata._wire.lineage import EMPTY, Lineage, join
 
 
 class Batch(Op):
@@ -31,7 +36,8 @@ class Batch(Op):
         )
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _BatchIterator(
+        kind = _LineageBatchIterator if ctx.lineage else _BatchIterator
+        return kind(
             make_iterator(node.inputs[0], ctx),
             node.args["batch_size"],
             node.args["drop_remainder"],
@@ -58,26 +64,78 @@ class _BatchIterator(UnaryIterator):
         column = self._input.next_column(self._size)
         if column is not None:
             return self._from_columns(column)
+        elements = self._gather()
+        if not elements or (self._drop_remainder and len(elements) < self._size):
+            raise StopIteration
+        return structure.stack(elements)
+
+    def _gather(self) -> list[Any]:
+        """Up to ``size`` next elements."""
         elements = []
         for element in self._input:
             elements.append(element)
             if len(elements) == self._size:
                 break
-        if not elements or (self._drop_remainder and len(elements) < self._size):
-            raise StopIteration
-        return structure.stack(elements)
+        return elements
 
     def _from_columns(self, column: np.ndarray) -> np.ndarray:
         """A batch read in bulk (``range``), across split boundaries."""
         columns, count = [column], len(column)
         while count < self._size and len(columns[-1]):
-            more = self._input.next_column(self._size - count)
-            assert more is not None  # a source reads in bulk or never
+            more = self._more(self._size - count)
             columns.append(more)
             count += len(more)
         if not count or (self._drop_remainder and count < self._size):
             raise StopIteration
         return columns[0] if len(columns) == 1 else np.concatenate(columns)
+
+    def _more(self, limit: int) -> np.ndarray:
+        """The next column, after a first one (at a split boundary)."""
+        more = self._input.next_column(limit)
+        assert more is not None  # a source reads in bulk or never
+        return more
+
+
+class _LineageBatchIterator(_BatchIterator):
+    """A batch stands for its elements (a dropped remainder for nothing)."""
+
+    _taken: list[int]
+
+    def __next__(self) -> Any:
+        self._taken = []
+        batch = super().__next__()
+        self.lineage = tuple(self._taken)
+        return batch
+
+    def _gather(self) -> list[Any]:
+        elements, taken, source = [], self._taken, self._input
+        for element in source:
+            elements.append(element)
+            _extend(taken, source.lineage)
+            if len(elements) == self._size:
+                break
+        return elements
+
+    def _from_columns(self, column: np.ndarray) -> np.ndarray:
+        _extend(self._taken, self._input.lineage)  # of ``column``, just read
+        return super()._from_columns(column)
+
+    def _more(self, limit: int) -> np.ndarray:
+        more = super()._more(limit)
+        _extend(self._taken, self._input.lineage)
+        return more
+
+
+def _extend(keys: list[int], lineage: Lineage) -> None:
+    """Appends ``lineage`` to the flat ranges ``keys``, merging ranges that touch."""
+    if not lineage:
+        return
+    if keys and keys[-1] == lineage[0]:
+        keys[-1] = lineage[1]
+        if len(lineage) > 2:
+            keys.extend(lineage[2:])
+    else:
+        keys.extend(lineage)
 
 
 class Unbatch(Op):
@@ -96,7 +154,8 @@ class Unbatch(Op):
         )
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _UnbatchIterator(make_iterator(node.inputs[0], ctx))
+        kind = _LineageUnbatchIterator if ctx.lineage else _UnbatchIterator
+        return kind(make_iterator(node.inputs[0], ctx))
 
 
 class _UnbatchIterator(UnaryIterator):
@@ -107,10 +166,13 @@ class _UnbatchIterator(UnaryIterator):
 
     def __next__(self) -> Any:
         while self._index >= self._size:
-            self._batch = next(self._input)
-            self._size, self._index = structure.first_dim(self._batch), 0
+            self._load(next(self._input))
         self._index += 1
         return structure.slice_at(self._batch, self._index - 1)
+
+    def _load(self, batch: Any) -> None:
+        self._batch = batch
+        self._size, self._index = structure.first_dim(batch), 0
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -127,3 +189,27 @@ class _UnbatchIterator(UnaryIterator):
             state["size"],
             state["index"],
         )
+
+
+class _LineageUnbatchIterator(_UnbatchIterator):
+    """The last element of a batch stands for the batch (and empty ones before it)."""
+
+    def __init__(self, source: DatasetIterator) -> None:
+        super().__init__(source)
+        self._held: Lineage = EMPTY
+
+    def _load(self, batch: Any) -> None:
+        super()._load(batch)
+        self._held = join(self._held, self._input.lineage)
+
+    def __next__(self) -> Any:
+        element = super().__next__()
+        if self._index == self._size:
+            self.lineage, self._held = self._held, EMPTY
+        else:
+            self.lineage = EMPTY
+        return element
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._held = EMPTY

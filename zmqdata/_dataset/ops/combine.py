@@ -8,7 +8,12 @@ import numpy as np
 
 from zmqdata._dataset import structure
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    UnaryIterator,
+    consuming,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
 
 
@@ -118,8 +123,11 @@ class Enumerate(Op):
         return (structure.TensorSpec((), np.dtype(np.int64)), inputs[0])
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _EnumerateIterator(
-            make_iterator(node.inputs[0], ctx), node.args["start"]
+        start = node.args["start"]
+        return consuming(
+            ctx,
+            make_iterator(node.inputs[0], ctx),
+            lambda source: _EnumerateIterator(source, start),
         )
 
 

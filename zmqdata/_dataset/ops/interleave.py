@@ -5,6 +5,11 @@ The visiting order is tf.data's: ``block_length`` elements from each of
 next input element when the cycle comes back to it. With ``num_parallel_calls``
 and ``deterministic=False`` the cycle skips a slot that has no element ready
 (as tf.data's sloppy interleave), so a slow dataset does not hold up the others.
+
+Lineage: the datasets the function makes never read the split source; an input
+element stands for everything its dataset yielded, so its lineage goes with the
+first element returned after its dataset (and those of the input elements read
+before it: ``Reorder``) are exhausted.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import threading
 from typing import Any
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext
+from zmqdata._dataset.iterator import DatasetIterator, IterContext, Reorder
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import (
     PENDING,
     BackgroundIterator,
     resolve_parallelism,
 )
+from zmqdata._wire.lineage import EMPTY, Lineage, join
 
 _SLOT_BUFFER = 8
 _WAIT_S = 0.05
@@ -46,12 +52,16 @@ class Interleave(Op):
             resolve_parallelism(node.args["cycle_length"]),
             node.args["block_length"],
             parallel,
+            ctx.lineage,
         )
 
 
 class _Slot:
-    def __init__(self, argument: Any, iterator: DatasetIterator) -> None:
+    def __init__(
+        self, argument: Any, iterator: DatasetIterator, number: int | None
+    ) -> None:
         self.argument, self.iterator = argument, iterator
+        self.number = number  # in ``_InterleaveIterator._order`` (with lineage)
 
 
 class _InterleaveIterator(DatasetIterator):
@@ -62,8 +72,11 @@ class _InterleaveIterator(DatasetIterator):
         cycle_length: int,
         block_length: int,
         parallel: bool,
+        lineage: bool,
     ) -> None:
         self._input, self._fn = source, fn
+        self._order = Reorder() if lineage else None
+        self._released: Lineage = EMPTY  # of input elements whose dataset ended
         self._block_length, self._parallel = block_length, parallel
         self._slots: list[_Slot | None] = [None] * cycle_length
         self._cycle_index = self._block_index = 0
@@ -84,6 +97,26 @@ class _InterleaveIterator(DatasetIterator):
             return BackgroundIterator(iterator, _SLOT_BUFFER, "interleave", self._ready)
         return iterator
 
+    def _fill_slot(self, argument: Any) -> _Slot:
+        """Opens the dataset of ``argument`` (just read) in the current slot."""
+        number = None if self._order is None else self._order.enter(self._input.lineage)
+        slot = _Slot(argument, self._open(argument), number)
+        self._slots[self._cycle_index] = slot
+        return slot
+
+    def _end_slot(self, slot: _Slot) -> None:
+        """Closes the current slot, whose dataset is exhausted."""
+        slot.iterator.close()
+        self._slots[self._cycle_index] = None
+        if self._order is not None and slot.number is not None:
+            self._released = join(self._released, self._order.leave(slot.number))
+        self._advance()
+
+    def _returned(self) -> None:
+        """Gives the element about to be returned the lineage released so far."""
+        if self._order is not None:
+            self.lineage, self._released = self._released, EMPTY
+
     def _advance(self) -> None:
         self._block_index = 0
         self._cycle_index = (self._cycle_index + 1) % len(self._slots)
@@ -95,13 +128,12 @@ class _InterleaveIterator(DatasetIterator):
                 try:
                     element = next(slot.iterator)
                 except StopIteration:
-                    slot.iterator.close()
-                    self._slots[self._cycle_index] = None
-                    self._advance()
+                    self._end_slot(slot)
                     continue
                 self._block_index += 1
                 if self._block_index == self._block_length:
                     self._advance()
+                self._returned()
                 return element
             if self._end_of_input:
                 self._advance()
@@ -111,7 +143,7 @@ class _InterleaveIterator(DatasetIterator):
             except StopIteration:
                 self._end_of_input = True
                 continue
-            self._slots[self._cycle_index] = _Slot(argument, self._open(argument))
+            self._fill_slot(argument)
         raise StopIteration
 
     def get_state(self) -> dict[str, Any]:
@@ -133,10 +165,14 @@ class _InterleaveIterator(DatasetIterator):
         self._cycle_index = state["cycle_index"]
         self._block_index = state["block_index"]
         self._end_of_input = state["end_of_input"]
+        self._released = EMPTY
         self._close_slots()
+        if self._order is not None:
+            self._order = Reorder()
         for index, saved in enumerate(state["slots"]):
             if saved is not None:
-                slot = _Slot(saved["argument"], self._open(saved["argument"]))
+                number = None if self._order is None else self._order.enter(EMPTY)
+                slot = _Slot(saved["argument"], self._open(saved["argument"]), number)
                 slot.iterator.set_state(saved["state"])
                 self._slots[index] = slot
 
@@ -168,6 +204,7 @@ class _FirstReadyInterleaveIterator(_InterleaveIterator):
                 if element is _CHANGED:
                     changed = True
                 elif element is not PENDING:
+                    self._returned()
                     return element
             if not changed:
                 self._ready.wait(_WAIT_S)
@@ -185,9 +222,7 @@ class _FirstReadyInterleaveIterator(_InterleaveIterator):
             except StopIteration:
                 self._end_of_input = True
                 return _CHANGED
-            slot = self._slots[self._cycle_index] = _Slot(
-                argument, self._open(argument)
-            )
+            slot = self._fill_slot(argument)
         if slot is None:
             self._advance()
             return PENDING
@@ -195,9 +230,7 @@ class _FirstReadyInterleaveIterator(_InterleaveIterator):
         try:
             element = slot.iterator.next_nowait()
         except StopIteration:
-            slot.iterator.close()
-            self._slots[self._cycle_index] = None
-            self._advance()
+            self._end_slot(slot)
             return _CHANGED
         if element is PENDING:
             self._advance()

@@ -9,9 +9,16 @@ from typing import Any
 import numpy as np
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    Reorder,
+    UnaryIterator,
+    consuming,
+)
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import resolve_parallelism
+from zmqdata._wire.lineage import EMPTY
 
 
 class Map(Op):
@@ -24,9 +31,13 @@ class Map(Op):
         source = make_iterator(node.inputs[0], ctx)
         fn, parallelism = node.args["fn"], node.args["num_parallel_calls"]
         if parallelism is None:
-            return _MapIterator(source, fn)
+            return (_LineageMapIterator if ctx.lineage else _MapIterator)(source, fn)
         return _ParallelMapIterator(
-            source, fn, resolve_parallelism(parallelism), node.args["deterministic"]
+            source,
+            fn,
+            resolve_parallelism(parallelism),
+            node.args["deterministic"],
+            ctx.lineage,
         )
 
 
@@ -39,10 +50,19 @@ class _MapIterator(UnaryIterator):
         return call_unpacked(self._fn, next(self._input))
 
 
+class _LineageMapIterator(_MapIterator):
+    def __next__(self) -> Any:
+        element = next(self._input)
+        self.lineage = self._input.lineage
+        return call_unpacked(self._fn, element)
+
+
 class _ParallelMapIterator(DatasetIterator):
     """Keeps ``parallelism`` calls in flight; yields in input order if deterministic.
 
     Its position can't be saved: calls in flight have consumed input already.
+    With ``lineage``, each call's input lineage is kept with its future, and
+    released in input order (``Reorder``).
     """
 
     def __init__(
@@ -51,6 +71,7 @@ class _ParallelMapIterator(DatasetIterator):
         fn: Any,
         parallelism: int,
         deterministic: bool | None,
+        lineage: bool = False,
     ) -> None:
         self._input = source
         self._fn = fn
@@ -59,6 +80,8 @@ class _ParallelMapIterator(DatasetIterator):
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zmqdata-map")
         self._pending: deque[Future[Any]] = deque()
         self._exhausted = False
+        self._order = Reorder() if lineage else None
+        self._numbers: dict[Future[Any], int] = {}
 
     def _fill(self) -> None:
         while not self._exhausted and len(self._pending) < self._parallelism:
@@ -71,8 +94,13 @@ class _ParallelMapIterator(DatasetIterator):
                 failed: Future[Any] = Future()
                 failed.set_exception(error)
                 self._pending.append(failed)
+                if self._order is not None:
+                    self._numbers[failed] = self._order.enter(EMPTY)
                 return
-            self._pending.append(self._pool.submit(call_unpacked, self._fn, element))
+            future = self._pool.submit(call_unpacked, self._fn, element)
+            self._pending.append(future)
+            if self._order is not None:
+                self._numbers[future] = self._order.enter(self._input.lineage)
 
     def __next__(self) -> Any:
         self._fill()
@@ -84,6 +112,8 @@ class _ParallelMapIterator(DatasetIterator):
             done, _ = wait(self._pending, return_when=FIRST_COMPLETED)
             future = next(f for f in self._pending if f in done)
             self._pending.remove(future)
+        if self._order is not None:
+            self.lineage = self._order.leave(self._numbers.pop(future))
         return future.result()
 
     def close(self) -> None:
@@ -101,8 +131,11 @@ class Filter(Op):
         return 0 if inputs[0] == 0 else UNKNOWN_CARDINALITY
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _FilterIterator(
-            make_iterator(node.inputs[0], ctx), node.args["predicate"]
+        predicate = node.args["predicate"]
+        return consuming(
+            ctx,
+            make_iterator(node.inputs[0], ctx),
+            lambda source: _FilterIterator(source, predicate),
         )
 
 

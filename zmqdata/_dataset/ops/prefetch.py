@@ -19,5 +19,8 @@ class Prefetch(Op):
         if size == 0:
             return source
         return BackgroundIterator(
-            source, AUTOTUNE_BUFFER if size == AUTOTUNE else size, "prefetch"
+            source,
+            AUTOTUNE_BUFFER if size == AUTOTUNE else size,
+            "prefetch",
+            lineage=ctx.lineage,
         )

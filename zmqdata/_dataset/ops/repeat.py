@@ -23,7 +23,7 @@ class Repeat(Op):
         return int(n * count)
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _RepeatIterator(node, ctx)
+        return (_LineageRepeatIterator if ctx.lineage else _RepeatIterator)(node, ctx)
 
 
 class _RepeatIterator(DatasetIterator):
@@ -107,3 +107,11 @@ class _RepeatIterator(DatasetIterator):
     def close(self) -> None:
         if self._input is not None:
             self._input.close()
+
+
+class _LineageRepeatIterator(_RepeatIterator):
+    def __next__(self) -> Any:
+        element = super().__next__()
+        assert self._input is not None  # it just returned an element
+        self.lineage = self._input.lineage
+        return element

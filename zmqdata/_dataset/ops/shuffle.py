@@ -7,8 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    Reorder,
+    UnaryIterator,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
+from zmqdata._wire.lineage import EMPTY
 
 _FIXED_SEEDS: weakref.WeakKeyDictionary[Node, int] = weakref.WeakKeyDictionary()
 """Seeds drawn once per dataset for ``seed=None, reshuffle_each_iteration=False``."""
@@ -32,7 +38,8 @@ class Shuffle(Op):
                     node, int(np.random.default_rng().integers(2**63))
                 )
             rng = np.random.default_rng([seed, 0])
-        return _ShuffleIterator(
+        kind = _LineageShuffleIterator if ctx.lineage else _ShuffleIterator
+        return kind(
             make_iterator(node.inputs[0], ctx),
             node.args["buffer_size"],
             rng,
@@ -40,6 +47,12 @@ class Shuffle(Op):
             ctx,
             epoch,
         )
+
+
+def _swap_pop(items: list[Any], index: int) -> Any:
+    """Removes and returns ``items[index]``; the last item takes its place."""
+    items[index], items[-1] = items[-1], items[index]
+    return items.pop()
 
 
 class _ShuffleIterator(UnaryIterator):
@@ -70,9 +83,7 @@ class _ShuffleIterator(UnaryIterator):
         self._refill()
         if not self._buffer:
             raise StopIteration
-        index = int(self._rng.integers(len(self._buffer)))
-        self._buffer[index], self._buffer[-1] = self._buffer[-1], self._buffer[index]
-        return self._buffer.pop()
+        return _swap_pop(self._buffer, int(self._rng.integers(len(self._buffer))))
 
     def get_state(self) -> dict[str, Any]:
         return {
@@ -91,3 +102,34 @@ class _ShuffleIterator(UnaryIterator):
         if state["epoch"] is not None:
             self._epoch = (int(state["epoch"][0]), int(state["epoch"][1]))
             self._ctx.restore_epoch(self._node, self._epoch)
+
+
+class _LineageShuffleIterator(_ShuffleIterator):
+    """Releases lineages in the order the elements were read (``Reorder``)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._order = Reorder()
+        self._numbers: list[int] = []
+
+    def _refill(self) -> None:
+        while not self._input_done and len(self._buffer) < self._capacity:
+            try:
+                self._buffer.append(next(self._input))
+            except StopIteration:
+                self._input_done = True
+            else:
+                self._numbers.append(self._order.enter(self._input.lineage))
+
+    def __next__(self) -> Any:
+        self._refill()
+        if not self._buffer:
+            raise StopIteration
+        index = int(self._rng.integers(len(self._buffer)))
+        self.lineage = self._order.leave(_swap_pop(self._numbers, index))
+        return _swap_pop(self._buffer, index)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._order = Reorder()
+        self._numbers = [self._order.enter(EMPTY) for _ in self._buffer]

@@ -9,7 +9,12 @@ from zmqdata._dataset.constants import (
     SHARD_HINT,
     UNKNOWN_CARDINALITY,
 )
-from zmqdata._dataset.iterator import DatasetIterator, IterContext, UnaryIterator
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    UnaryIterator,
+    consuming,
+)
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata.errors import FailedPreconditionError
 
@@ -51,9 +56,11 @@ class Take(Op):
         return int(count if n == INFINITE_CARDINALITY else min(n, count))
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        count = node.args["count"]
-        return _PositionIterator(
-            make_iterator(node.inputs[0], ctx), None if count < 0 else count
+        stop = None if node.args["count"] < 0 else node.args["count"]
+        return consuming(
+            ctx,
+            make_iterator(node.inputs[0], ctx),
+            lambda source: _PositionIterator(source, stop),
         )
 
 
@@ -76,7 +83,12 @@ class Skip(Op):
         return 0 if count < 0 else max(0, n - count)
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        return _SkipIterator(make_iterator(node.inputs[0], ctx), node.args["count"])
+        count = node.args["count"]
+        return consuming(
+            ctx,
+            make_iterator(node.inputs[0], ctx),
+            lambda source: _SkipIterator(source, count),
+        )
 
 
 class _ShardIterator(_PositionIterator):
@@ -106,4 +118,8 @@ class Shard(Op):
                     "ShardingPolicy.HINT, which fills in the worker count and index"
                 )
             num_shards, index = ctx.shard_hint
-        return _ShardIterator(make_iterator(node.inputs[0], ctx), num_shards, index)
+        return consuming(
+            ctx,
+            make_iterator(node.inputs[0], ctx),
+            lambda source: _ShardIterator(source, num_shards, index),
+        )
