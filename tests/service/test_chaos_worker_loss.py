@@ -78,8 +78,11 @@ class Cluster:
     def settled(self) -> None:
         poll_for(lambda: num_workers(self.target) == WORKERS, timeout=20)
 
-    def kill_worker(self, rng: random.Random) -> None:
-        victim = self.workers.pop(rng.randrange(len(self.workers)))
+    def kill_worker(self, rng: random.Random, index: int | None = None) -> None:
+        """Kills worker ``index`` (else a random one); a new one takes its place."""
+        if index is None:
+            index = rng.randrange(len(self.workers))
+        victim = self.workers.pop(index)
         victim.stop(signal.SIGKILL)
         self.workers.append(start_worker(self.stack, self.target))
 
@@ -141,19 +144,24 @@ def test_consumers_sharing_a_job_get_each_element_once_when_a_worker_dies(tmp_pa
     n = 8_000
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
-        ds = pipeline(n).apply(
-            service.distribute(
-                "distributed_epoch",
-                cluster.target,
-                job_name="shared",
-                max_outstanding_requests=8,
+        # One dataset object per consumer, as in two trainers: the k-th iter()
+        # of one object joins iteration k of the job.
+        consumers = [
+            pipeline(n).apply(
+                service.distribute(
+                    "distributed_epoch",
+                    cluster.target,
+                    job_name="shared",
+                    max_outstanding_requests=8,
+                )
             )
-        )
+            for _ in range(2)
+        ]
         got: list[list[int]] = [[], []]
         started = threading.Barrier(3)
 
         def consume(index: int) -> None:
-            with iter(ds) as iterator:
+            with iter(consumers[index]) as iterator:
                 started.wait()
                 got[index] = values(iterator)
 
@@ -162,7 +170,8 @@ def test_consumers_sharing_a_job_get_each_element_once_when_a_worker_dies(tmp_pa
             thread.start()
         started.wait()
         poll_for(lambda: service.get_status(cluster.target)["jobs"], timeout=10)
-        cluster.kill_worker(random.Random(1))
+        for _ in range(WORKERS):  # every worker that held splits dies
+            cluster.kill_worker(random.Random(1), index=0)
         for thread in threads:
             thread.join(READ_DEADLINE_S)
         assert not any(t.is_alive() for t in threads)
@@ -190,6 +199,7 @@ def test_a_repeat_before_distribute_gives_each_repetition_once_when_a_worker_die
         )
         with iter(ds) as iterator:
             got = values(next(iterator) for _ in range(n // 4))
-            cluster.kill_worker(random.Random(2))
+            for _ in range(WORKERS):  # every worker that held splits dies
+                cluster.kill_worker(random.Random(2), index=0)
             got += values(iterator)
     assert Counter(got) == {i: repetitions for i in range(n)}

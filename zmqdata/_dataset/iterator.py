@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from zmqdata._dataset import saved
 from zmqdata._wire.lineage import EMPTY, Lineage, join
 from zmqdata.errors import FailedPreconditionError
 
@@ -159,6 +160,26 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         raise FailedPreconditionError(
             f"{type(self).__name__} does not support restoring its position"
         )
+
+    def save(self) -> bytes:
+        """The iterator's position as bytes, for ``restore`` (here or in a new process).
+
+        Raises ``FailedPreconditionError`` where the position cannot be saved
+        (ops that run ahead on threads; a service read other than one
+        consumer's ``distributed_epoch``: docs/modes.md).
+
+        >>> import zmqdata as zd
+        >>> it = iter(zd.Dataset.range(5).batch(2))
+        >>> first, state = next(it), it.save()
+        >>> again = iter(zd.Dataset.range(5).batch(2)); again.restore(state)
+        >>> [b.tolist() for b in again]
+        [[2, 3], [4]]
+        """
+        return saved.encode(self.get_state())
+
+    def restore(self, state: bytes) -> None:
+        """Moves the iterator to a position ``save`` returned."""
+        self.set_state(saved.decode(state))
 
     def next_column(self, limit: int) -> np.ndarray | None:
         """Up to ``limit`` next elements as one array along axis 0, or None.
