@@ -296,3 +296,54 @@ def test_every_epoch_of_a_named_job_reads_a_full_pass(
     loader = _loader(torch, adapter, num_workers=num_workers, persistent=persistent)
     for _ in range(3):  # the k-th epoch reads iteration k of the job
         assert _ints(loader) == list(range(30))
+
+
+def test_a_loop_checkpoints_its_input_with_state_dict_and_resumes_it(
+    torch: Any, cluster: Callable[..., Cluster], fast_heartbeats: None
+) -> None:
+    target = cluster(num_workers=2).target
+    ds = zd.Dataset.range(3_000).apply(service.distribute("distributed_epoch", target))
+    source = zmqdata_torch().IterableDataset(ds)
+    assert source.state_dict() == {"position": None}  # not started
+    loader = iter(_loader(torch, source))
+    before = [int(next(loader)) for _ in range(700)]
+    saved = source.state_dict()
+    for _ in range(50):  # read after the save: comes again
+        next(loader)
+    del loader
+    resumed = zmqdata_torch().IterableDataset(ds)
+    resumed.load_state_dict(saved)
+    after = _ints(_loader(torch, resumed))
+    assert sorted(before + after) == list(range(3_000))
+
+
+def test_a_local_pipeline_resumes_from_state_dict_too(torch: Any) -> None:
+    source = zmqdata_torch().IterableDataset(zd.Dataset.range(10).batch(3))
+    loader = iter(_loader(torch, source))
+    next(loader)
+    saved = source.state_dict()
+    resumed = zmqdata_torch().IterableDataset(zd.Dataset.range(10).batch(3))
+    resumed.load_state_dict(saved)
+    assert [b.tolist() for b in _loader(torch, resumed)] == [[3, 4, 5], [6, 7, 8], [9]]
+    with pytest.raises(TypeError, match="state_dict"):
+        resumed.load_state_dict({"position": "not bytes"})
+
+
+def test_the_resume_training_example_reads_every_example_once_across_a_crash(
+    torch: Any,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/resume_training.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "each exactly once across the crash" in done.stdout
+
+
+def zmqdata_torch() -> Any:
+    import zmqdata.torch
+
+    return zmqdata.torch
