@@ -73,18 +73,27 @@ def kill(proc: Proc, sig: int) -> None:
     assert proc.stop(sig) in (0, -sig, 128 + sig, 1), proc.stderr
 
 
-def test_kill_9_mid_read_dynamic_loses_at_most_the_splits_in_flight(procs):
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_kill_9_mid_read_dynamic_is_exactly_once_or_loses_only_what_was_in_flight(
+    procs, exactly_once
+):
     n, credit = 20_000, 8
     workers = procs.add(3)
     ds = zd.Dataset.range(n).apply(
         service.distribute(
-            "distributed_epoch", procs.target, max_outstanding_requests=credit
+            "distributed_epoch",
+            procs.target,
+            max_outstanding_requests=credit,
+            exactly_once=exactly_once,
         )
     )
     with iter(ds) as it:
         got = ints(next(it) for _ in range(2_000))
         kill(workers[0], signal.SIGKILL)
         got += ints(it)  # ends: the dead worker's task is dropped after the timeout
+    if exactly_once:  # the dead worker's undelivered elements come from the others
+        assert Counter(got) == {i: 1 for i in range(n)}
+        return
     assert len(got) == len(set(got)), "duplicates"
     assert set(got) <= set(range(n))
     # What the dead worker had taken but not delivered: its task buffer
