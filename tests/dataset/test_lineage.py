@@ -245,10 +245,18 @@ def test_unbatch_gives_the_batch_lineage_to_its_last_element():
     assert [lin for _, lin in out] == [EMPTY, EMPTY, (100, 103), EMPTY, (103, 105)]
 
 
-def test_shuffle_releases_lineages_in_the_order_it_read_them():
+def test_shuffle_claims_each_elements_own_keys_when_it_returns_it():
     source = zd.Dataset.range(20)
     out = drive(source.shuffle(7, seed=3), source)
     assert [int(x) for x, _ in out] != list(range(20))
+    assert check_invariant(out, SPLITS) == set(key_of(SPLITS).values())
+    for (x, _), indices in zip(out, claimed(out), strict=True):
+        assert indices == values(x)  # no lag: a lost worker re-sends nothing it sent
+
+
+def test_below_an_op_that_expands_shuffle_releases_lineages_in_read_order():
+    source = zd.Dataset.range(20)
+    out = drive(source.batch(2).unbatch().shuffle(7, seed=3), source)
     assert check_invariant(out, SPLITS) == set(key_of(SPLITS).values())
     returned = set()
     for (x, _), indices in zip(out, claimed(out), strict=True):

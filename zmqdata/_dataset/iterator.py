@@ -277,20 +277,27 @@ class Reorder:
     """The lineages of elements an op returns in another order than it read them.
 
     An element's lineage may claim keys that elements read before it still
-    hold (the last element of an unbatched batch claims the batch): so an
-    element's lineage is released only once every element read before it has
-    been returned. ``enter`` numbers an element read, ``leave`` returns what
-    may be claimed once it is returned.
+    hold (the last element of an unbatched batch claims the batch): below an
+    op that ``expands``, an element's lineage is released only once every
+    element read before it has been returned. Elsewhere each element claims
+    its own keys when it is returned (``in_read_order=False``). ``enter``
+    numbers an element read, ``leave`` returns what may be claimed once it is
+    returned.
 
     >>> order = Reorder()
     >>> a, b = order.enter((0, 1)), order.enter((1, 2))
     >>> order.leave(b), order.leave(a)
     ((), (0, 2))
+    >>> order = Reorder(in_read_order=False)
+    >>> a, b = order.enter((0, 1)), order.enter((1, 2))
+    >>> order.leave(b), order.leave(a)
+    ((1, 2), (0, 1))
     """
 
-    __slots__ = ("_held", "_left", "_low", "_read")
+    __slots__ = ("_held", "_in_read_order", "_left", "_low", "_read")
 
-    def __init__(self) -> None:
+    def __init__(self, in_read_order: bool = True) -> None:
+        self._in_read_order = in_read_order
         self._read = self._low = 0
         self._held: dict[int, Lineage] = {}  # read, not returned
         self._left: dict[int, Lineage] = {}  # returned, an earlier one not yet
@@ -303,12 +310,19 @@ class Reorder:
 
     def leave(self, number: int) -> Lineage:
         """What element ``number``, returned now, may claim."""
+        if not self._in_read_order:
+            return self._held.pop(number)
         self._left[number] = self._held.pop(number)
         released = EMPTY
         while self._low in self._left:
             released = join(released, self._left.pop(self._low))
             self._low += 1
         return released
+
+
+def expands_below(node: Node) -> bool:
+    """Whether an op at or below ``node`` ``expands`` (see ``Reorder``)."""
+    return any(n.definition.expands for n in node.walk())
 
 
 def consuming(

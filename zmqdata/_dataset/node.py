@@ -66,6 +66,10 @@ class Op(abc.ABC):
 
     name: ClassVar[str]
     splittable: ClassVar[bool] = False
+    expands: ClassVar[bool] = False
+    """Whether one input element can make several outputs, the last of which
+    claims the input's keys (``lineage``): then outputs reordered after it
+    must not claim before their siblings are out (``iterator.Reorder``)."""
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         """The node's cardinality given its inputs'; by default its input's."""

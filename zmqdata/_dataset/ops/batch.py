@@ -140,6 +140,7 @@ def _extend(keys: list[int], lineage: Lineage) -> None:
 
 class Unbatch(Op):
     name = "unbatch"
+    expands = True
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         if inputs[0] in (0, INFINITE_CARDINALITY):

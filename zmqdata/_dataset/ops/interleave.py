@@ -35,6 +35,7 @@ _CHANGED = object()
 
 class Interleave(Op):
     name = "interleave"
+    expands = True
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         return 0 if inputs[0] == 0 else UNKNOWN_CARDINALITY

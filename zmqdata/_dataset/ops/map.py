@@ -15,6 +15,7 @@ from zmqdata._dataset.iterator import (
     Reorder,
     UnaryIterator,
     consuming,
+    expands_below,
 )
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import resolve_parallelism
@@ -38,6 +39,7 @@ class Map(Op):
             resolve_parallelism(parallelism),
             node.args["deterministic"],
             ctx.lineage,
+            expands_below(node.inputs[0]),
         )
 
 
@@ -62,7 +64,8 @@ class _ParallelMapIterator(DatasetIterator):
 
     Its position can't be saved: calls in flight have consumed input already.
     With ``lineage``, each call's input lineage is kept with its future, and
-    released in input order (``Reorder``).
+    released when it is returned (in input order below an op that expands:
+    ``Reorder``).
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class _ParallelMapIterator(DatasetIterator):
         parallelism: int,
         deterministic: bool | None,
         lineage: bool = False,
+        expands: bool = False,
     ) -> None:
         self._input = source
         self._fn = fn
@@ -80,7 +84,8 @@ class _ParallelMapIterator(DatasetIterator):
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zmqdata-map")
         self._pending: deque[Future[Any]] = deque()
         self._exhausted = False
-        self._order = Reorder() if lineage else None
+        in_read_order = self._ordered or expands
+        self._order = Reorder(in_read_order) if lineage else None
         self._numbers: dict[Future[Any], int] = {}
 
     def _fill(self) -> None:

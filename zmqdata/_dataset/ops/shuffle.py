@@ -12,6 +12,7 @@ from zmqdata._dataset.iterator import (
     IterContext,
     Reorder,
     UnaryIterator,
+    expands_below,
 )
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._wire.lineage import EMPTY
@@ -105,11 +106,16 @@ class _ShuffleIterator(UnaryIterator):
 
 
 class _LineageShuffleIterator(_ShuffleIterator):
-    """Releases lineages in the order the elements were read (``Reorder``)."""
+    """Each element claims its own keys when returned.
+
+    Below an op that expands, lineages go out in the order the elements were
+    read instead (``Reorder``).
+    """
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._order = Reorder()
+        self._in_read_order = expands_below(self._node.inputs[0])
+        self._order = Reorder(self._in_read_order)
         self._numbers: list[int] = []
 
     def _refill(self) -> None:
@@ -131,5 +137,5 @@ class _LineageShuffleIterator(_ShuffleIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self._order = Reorder()
+        self._order = Reorder(self._in_read_order)
         self._numbers = [self._order.enter(EMPTY) for _ in self._buffer]
