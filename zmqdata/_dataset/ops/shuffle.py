@@ -79,6 +79,11 @@ class _ShuffleIterator(UnaryIterator):
                 self._buffer.append(next(self._input))
             except StopIteration:
                 self._input_done = True
+            else:
+                self._took()
+
+    def _took(self) -> None:
+        """An element was just added to the buffer (read from the input)."""
 
     def __next__(self) -> Any:
         self._refill()
@@ -118,14 +123,8 @@ class _LineageShuffleIterator(_ShuffleIterator):
         self._order = Reorder(self._in_read_order)
         self._numbers: list[int] = []
 
-    def _refill(self) -> None:
-        while not self._input_done and len(self._buffer) < self._capacity:
-            try:
-                self._buffer.append(next(self._input))
-            except StopIteration:
-                self._input_done = True
-            else:
-                self._numbers.append(self._order.enter(self._input.lineage))
+    def _took(self) -> None:
+        self._numbers.append(self._order.enter(self._input.lineage))
 
     def __next__(self) -> Any:
         self._refill()
