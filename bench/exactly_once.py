@@ -275,7 +275,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     """The final table's rows: exactly once on against off, per workload."""
     from bench.report import NONE, mark
 
-    out = []
+    out: list[tuple[str, ...]] = []
     for name in ("W1", "W3", "images"):
         r = result[name]
         if "skipped" in r:
@@ -300,7 +300,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
-    bench = Bench(sizes_for(args.quick), args.repeats or (2 if args.quick else 5))
+    repeats = args.repeats or (2 if args.quick else 5)
+    bench = Bench(sizes_for(args.quick), repeats, args.quick)
     try:
         result = exactly_once(bench)
     finally:
