@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import peers
+from bench import exactly_once, peers
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -324,6 +324,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "link": _link,
     "control": _control,
     "journal": _journal,
+    "exactly_once": exactly_once.rows,
 }
 
 
@@ -423,6 +424,7 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "sweep": ("Throughput against element size, one worker", _sweep_detail),
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
+    "exactly_once": ("Exactly once on against off", exactly_once.details),
 }
 
 

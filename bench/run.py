@@ -7,7 +7,7 @@
 
 Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
 (bench/scaling.py), images and text against torch DataLoader, Ray Data and one
-local process (bench/peers.py). Each figure is the median of ``--repeats`` runs after a
+local process (bench/peers.py), exactly_once (its cost: bench/exactly_once.py). Each figure is the median of ``--repeats`` runs after a
 warm-up, next to baselines measured in the same run; tf.data service figures
 are ANCHORS.md constants (bench/anchors.py), labelled as such. Progress goes to
 stderr; stdout gets the sections' tables, then one markdown table to paste
@@ -36,7 +36,18 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from bench import control, link, peers, plots, report, scaling, shm, threads, workloads
+from bench import (
+    control,
+    exactly_once,
+    link,
+    peers,
+    plots,
+    report,
+    scaling,
+    shm,
+    threads,
+    workloads,
+)
 from bench.common import ROOT, Bench, Stat, busy_cores, sizes_for
 
 SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
@@ -44,6 +55,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     # in-process dispatcher starts (bench/common.py: Bench.target).
     "images": peers.images,
     "text": peers.text,
+    "exactly_once": exactly_once.exactly_once,  # its images part counts CPU too
     "W1": workloads.w1_tiny_scalars,
     "W2": workloads.w2_batched_ints,
     "W3": workloads.w3_big_tensors,
