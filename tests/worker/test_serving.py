@@ -71,7 +71,8 @@ def test_a_failed_cache_refuses_a_trainer_at_its_end() -> None:
 def test_a_tracked_reply_says_what_its_elements_cover_and_the_end_what_was_dropped() -> (
     None
 ):
-    buffer = TaskBuffer(max_items=8, max_bytes=1024)
+    buffer = TaskBuffer(max_items=8, max_bytes=1024, tracked=True)
+    buffer.handed(0, 10)
     for k in (3, 4, 9):
         buffer.put(Raw(k), 8, lineage=(k, k + 1))
     request = _request(2)
@@ -79,12 +80,12 @@ def test_a_tracked_reply_says_what_its_elements_cover_and_the_end_what_was_dropp
     assert isinstance(first, Send)
     assert first.coverage is not None
     assert (first.coverage.keys, first.coverage.widths) == ([3, 5], [2, 1])
-    buffer.finish(None, dropped=(5, 9))
+    buffer.finish(None)  # handed 0..9, output 3, 4 and 9: the rest was dropped
     last = answer(request, buffer, tracked=True)
     assert isinstance(last, Send)
     assert last.coverage is not None
     assert last.end_of_sequence
-    assert (last.coverage.keys, last.coverage.widths) == ([9, 10, 5, 9], [1, 1])
+    assert (last.coverage.keys, last.coverage.widths) == ([9, 10, 0, 3, 5, 9], [1, 1])
     untracked = answer(request, buffer)
     assert isinstance(untracked, Send)
     assert untracked.coverage is None

@@ -203,6 +203,19 @@ class Coverage:
         else:
             widths += (1, width)
 
+    def add_run(self, count: int, lo: int, hi: int, width: int) -> None:
+        """Appends ``count`` elements of ``width`` keys each, covering ``[lo, hi)``."""
+        keys, widths = self.keys, self.widths
+        if hi > lo:
+            if keys and keys[-1] == lo:
+                keys[-1] = hi
+            else:
+                keys += (lo, hi)
+        if widths and widths[-1] == width:
+            widths[-2] += count
+        else:
+            widths += (count, width)
+
     def extend(self, lineage: Sequence[int]) -> None:
         """Appends keys no element covers (what a finished task dropped)."""
         keys = self.keys

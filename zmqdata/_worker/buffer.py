@@ -3,8 +3,9 @@
 Items are either raw small elements (coalesced into one message when sent) or
 elements already encoded to frames by the producer (large arrays, compressed
 there so compression never runs on the serving thread). Under exactly-once
-reads each item carries its lineage, and the end carries the keys the task
-dropped (``_wire/lineage.py``); ``take_covered`` hands both to a reply.
+reads (``tracked``) the buffer also keeps what its items stand for and the
+keys the task was handed (``keyruns.KeyRuns``): ``take_covered`` says what the
+items taken cover, and the end carries the keys the task dropped.
 
 >>> buffer = TaskBuffer(max_items=2, max_bytes=1 << 20)
 >>> buffer.put(Raw(1), 8), buffer.put(Raw(2), 8)  # True: it was empty
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
+from zmqdata._worker.keyruns import KeyRuns
 
 _WAIT_S = 0.05
 
@@ -48,8 +50,9 @@ class Encoded:
 class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
-    def __init__(self, max_items: int, max_bytes: int) -> None:
-        self._items: deque[tuple[Raw | Encoded, int, Lineage]] = deque()
+    def __init__(self, max_items: int, max_bytes: int, tracked: bool = False) -> None:
+        self._items: deque[tuple[Raw | Encoded, int]] = deque()
+        self._keys = KeyRuns() if tracked else None
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
         self._cond = threading.Condition()
@@ -78,7 +81,9 @@ class TaskBuffer:
                     raise Cancelled
                 self._cond.wait(_WAIT_S)
             was_empty = not self._items
-            self._items.append((item, nbytes, lineage))
+            self._items.append((item, nbytes))
+            if self._keys is not None:
+                self._keys.put(lineage)
             self._bytes += nbytes
             return was_empty
 
@@ -89,18 +94,29 @@ class TaskBuffer:
     def take_covered(
         self, max_items: int, coverage: Coverage | None
     ) -> list[Raw | Encoded]:
-        """``take``, adding each item's lineage to ``coverage`` (if given)."""
+        """``take``, adding what the items stand for to ``coverage`` (if tracked)."""
         with self._cond:
             taken: list[Raw | Encoded] = []
             while self._items and len(taken) < max_items:
-                item, nbytes, lineage = self._items.popleft()
+                item, nbytes = self._items.popleft()
                 self._bytes -= nbytes
                 taken.append(item)
-                if coverage is not None:
-                    coverage.add(lineage)
             if taken:
+                if self._keys is not None and coverage is not None:
+                    self._keys.take(len(taken), coverage)
                 self._cond.notify_all()
             return taken
+
+    @property
+    def tracked(self) -> bool:
+        """Whether the buffer keeps what its items stand for (exactly once)."""
+        return self._keys is not None
+
+    def handed(self, lo: int, hi: int) -> None:
+        """Exactly once: the task was handed the keys ``[lo, hi)``."""
+        assert self._keys is not None
+        with self._cond:
+            self._keys.handed(lo, hi)
 
     def take_exactly(self, count: int) -> list[Raw | Encoded]:
         """Removes ``count`` items if that many are buffered, else none."""
@@ -109,14 +125,16 @@ class TaskBuffer:
                 return []
         return self.take(count)
 
-    def finish(self, error: tuple[str, str] | None, dropped: Lineage = EMPTY) -> None:
+    def finish(self, error: tuple[str, str] | None) -> None:
         """Marks the end of the task's output (``error``: ``(code, message)``).
 
-        ``dropped``: exactly once, the keys the task was handed and did not
-        output (filtered, skipped, never read).
+        Tracked, it notes the keys the task was handed and did not output
+        (filtered, skipped, never read): ``dropped``.
         """
         with self._cond:
-            self._done, self.error, self.dropped = True, error, dropped
+            self._done, self.error = True, error
+            if self._keys is not None:
+                self.dropped = self._keys.dropped()
 
     @property
     def ended(self) -> bool:

@@ -3,7 +3,7 @@
 Under DYNAMIC sharding the pipeline's source reads the splits that a
 ``RemoteSplitProvider`` fetches from the dispatcher, over a DEALER socket the
 producer thread owns. Exactly-once tasks also note what they were handed and
-what each element stands for (``ledger.py``, ``_wire/lineage.py``).
+what each element stands for (``keyruns.py``, ``_wire/lineage.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
-from zmqdata._worker.ledger import Ledger
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -63,7 +62,7 @@ class RemoteSplitProvider(SplitProvider):
 
     A split ``[repetition, lo, hi]`` reaches the source as ``[lo, hi, base]``,
     its elements' keys ``base + index`` (``_wire/lineage.py``); an exactly-once
-    task's ``ledger`` notes them. A reply with no split and no end (keys of a
+    task's buffer notes them (``handed``). A reply with no split and no end (keys of a
     lost worker are about to be handed out again) is asked again with backoff.
     """
 
@@ -77,10 +76,10 @@ class RemoteSplitProvider(SplitProvider):
         stop: threading.Event,
         timeout_s: float,
         keys: auth.ClientKeys | None = None,
-        ledger: Ledger | None = None,
+        handed: Callable[[int, int], None] | None = None,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
-        self._ledger = ledger
+        self._handed = handed
         self._task_id = task_id
         self._keys = keys
         self._stop, self._timeout_s = stop, timeout_s
@@ -123,8 +122,8 @@ class RemoteSplitProvider(SplitProvider):
         self._got_split = True
         for repetition, lo, hi in reply.splits:
             base = key(repetition, 0)
-            if self._ledger is not None:
-                self._ledger.handed(base + lo, base + hi)
+            if self._handed is not None:
+                self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
         self._batch.fetched(len(reply.splits), time.monotonic())
 
@@ -195,7 +194,10 @@ class TaskRunner:
         same_host: bool = False,
     ) -> None:
         self.task_id = task.task_id
-        self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES)
+        tracked = task.exactly_once and task.processing_mode == ShardingPolicy.DYNAMIC
+        self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES, tracked)
+        self.tracked = tracked
+        """Whether replies say what their elements stand for (exactly once)."""
         self.cache: SlidingWindowCache[Raw | Encoded] | None = (
             SlidingWindowCache(cache_bytes) if task.cross_trainer_cache else None
         )
@@ -205,11 +207,6 @@ class TaskRunner:
         self.share = TaskShare(shares, same_host)
         """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
-        self._ledger = (
-            Ledger()
-            if task.exactly_once and task.processing_mode == ShardingPolicy.DYNAMIC
-            else None
-        )
         self._dispatcher = dispatcher
         self._keys = keys
         self.compression = TaskCompression(compression_level)
@@ -233,11 +230,6 @@ class TaskRunner:
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
         self.share.discard(self.buffer)
-
-    @property
-    def tracked(self) -> bool:
-        """Whether replies say what their elements stand for (exactly once)."""
-        return self._ledger is not None
 
     @property
     def num_consumers(self) -> int | None:
@@ -290,12 +282,12 @@ class TaskRunner:
                     self._stop,
                     self._timeout_s,
                     self._keys,
-                    self._ledger,
+                    self.buffer.handed if self.tracked else None,
                 )
                 ctx = IterContext(
                     split_source=find_split_source(root),
                     split_provider=provider,
-                    lineage=self._ledger is not None,
+                    lineage=self.tracked,
                 )
             elif task.processing_mode in STATIC:
                 root, ctx = sharding.static_shard(
@@ -303,7 +295,7 @@ class TaskRunner:
                 )
             iterator = make_iterator(root, ctx)
             try:
-                tracked = self._ledger is not None
+                tracked = self.tracked
                 for element in iterator:
                     if self._stop.is_set():
                         return
@@ -320,10 +312,7 @@ class TaskRunner:
         finally:
             if provider is not None:
                 provider.close()
-            if self._ledger is not None:
-                self.buffer.finish(error, self._ledger.dropped())
-            else:
-                self._sink.finish(error)
+            self._sink.finish(error)
             self._wake(self.task_id)
 
     def _put(self, element: Any, lineage: Lineage) -> None:
@@ -336,12 +325,11 @@ class TaskRunner:
             item = self.share.encode(element) or Encoded(
                 self.compression.encode(element, size)
             )
-        if self._ledger is None:
-            woke = self._sink.put(item, size, self._stop)
-        else:
-            self._ledger.output(lineage)
-            woke = self.buffer.put(item, size, self._stop, lineage)
-        if woke:
+        if (
+            self.buffer.put(item, size, self._stop, lineage)
+            if self.tracked
+            else self._sink.put(item, size, self._stop)
+        ):
             self._wake(self.task_id)
         if large:
             self.compression.resume()
