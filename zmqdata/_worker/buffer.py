@@ -4,8 +4,8 @@ Items are either raw small elements (coalesced into one message when sent) or
 elements already encoded to frames by the producer (large arrays, compressed
 there so compression never runs on the serving thread). Under exactly-once
 reads (``tracked``) the buffer also keeps what its items stand for and the
-keys the task was handed (``keyruns.KeyRuns``): ``take_covered`` says what the
-items taken cover, and the end carries the keys the task dropped.
+keys the task was handed (``handed.HandedKeys``): ``take_covered`` says what
+the items taken cover, and the end carries the keys the task dropped.
 
 >>> buffer = TaskBuffer(max_items=2, max_bytes=1 << 20)
 >>> buffer.put(Raw(1), 8), buffer.put(Raw(2), 8)  # True: it was empty
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
-from zmqdata._worker.keyruns import KeyRuns
+from zmqdata._worker.handed import HandedKeys
 
 _WAIT_S = 0.05
 
@@ -51,8 +51,8 @@ class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
     def __init__(self, max_items: int, max_bytes: int, tracked: bool = False) -> None:
-        self._items: deque[tuple[Raw | Encoded, int]] = deque()
-        self._keys = KeyRuns() if tracked else None
+        self._items: deque[tuple[Raw | Encoded, int, Lineage]] = deque()
+        self._keys = HandedKeys() if tracked else None
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
         self._cond = threading.Condition()
@@ -81,9 +81,7 @@ class TaskBuffer:
                     raise Cancelled
                 self._cond.wait(_WAIT_S)
             was_empty = not self._items
-            self._items.append((item, nbytes))
-            if self._keys is not None:
-                self._keys.put(lineage)
+            self._items.append((item, nbytes, lineage))
             self._bytes += nbytes
             return was_empty
 
@@ -97,13 +95,15 @@ class TaskBuffer:
         """``take``, adding what the items stand for to ``coverage`` (if tracked)."""
         with self._cond:
             taken: list[Raw | Encoded] = []
+            lineages: list[Lineage] = []
             while self._items and len(taken) < max_items:
-                item, nbytes = self._items.popleft()
+                item, nbytes, lineage = self._items.popleft()
                 self._bytes -= nbytes
                 taken.append(item)
+                lineages.append(lineage)
             if taken:
                 if self._keys is not None and coverage is not None:
-                    self._keys.take(len(taken), coverage)
+                    self._keys.cover(lineages, coverage)
                 self._cond.notify_all()
             return taken
 
@@ -134,7 +134,7 @@ class TaskBuffer:
         with self._cond:
             self._done, self.error = True, error
             if self._keys is not None:
-                self.dropped = self._keys.dropped()
+                self.dropped = self._keys.dropped(entry[2] for entry in self._items)
 
     @property
     def ended(self) -> bool:

@@ -3,7 +3,7 @@
 Under DYNAMIC sharding the pipeline's source reads the splits that a
 ``RemoteSplitProvider`` fetches from the dispatcher, over a DEALER socket the
 producer thread owns. Exactly-once tasks also note what they were handed and
-what each element stands for (``keyruns.py``, ``_wire/lineage.py``).
+what each element stands for (``handed.py``, ``_wire/lineage.py``).
 """
 
 from __future__ import annotations

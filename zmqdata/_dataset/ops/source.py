@@ -102,10 +102,13 @@ class _SplitIterator(DatasetIterator):
         return True
 
     def __next__(self) -> Any:
-        if not self._advance():
-            raise StopIteration
-        self._next_index += 1
-        return self._op.read(self._node, self._next_index - 1)
+        index, split = self._next_index, self._split
+        if split is None or index >= split[1]:  # the hot path skips the call
+            if not self._advance():
+                raise StopIteration
+            index = self._next_index
+        self._next_index = index + 1
+        return self._op.read(self._node, index)
 
     def next_column(self, limit: int) -> np.ndarray | None:
         if not self._op.reads_columns:
@@ -137,16 +140,15 @@ def _base_of(split: Split) -> int:
 class _LineageSplitIterator(_SplitIterator):
     """A ``_SplitIterator`` whose elements stand for their own keys, ``base + index``."""
 
-    _based: Split | None = None
-    """The split ``_base`` is the key of index 0 of."""
     _base = 0
+    """The key of index 0 of the current split."""
 
-    def __next__(self) -> Any:  # _SplitIterator's, inlined: the hot path of W1
-        if not self._advance():
-            raise StopIteration
-        if self._split is not self._based:
-            self._based, self._base = self._split, _base_of(self._split)
-        index = self._next_index
+    def __next__(self) -> Any:  # _SplitIterator's, with the key: the hot path of W1
+        index, split = self._next_index, self._split
+        if split is None or index >= split[1]:
+            if not self._advance():
+                raise StopIteration
+            index, self._base = self._next_index, _base_of(self._split)
         self._next_index = index + 1
         key = self._base + index
         self.lineage = (key, key + 1)
@@ -157,11 +159,14 @@ class _LineageSplitIterator(_SplitIterator):
         if column is None or not len(column):
             self.lineage = EMPTY
         else:
-            if self._split is not self._based:
-                self._based, self._base = self._split, _base_of(self._split)
+            self._base = _base_of(self._split)
             hi = self._base + self._next_index
             self.lineage = (hi - len(column), hi)
         return column
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._base = 0 if self._split is None else _base_of(self._split)
 
 
 class Range(SplittableSource):
