@@ -44,6 +44,10 @@ BUFFER_ITEMS = 1024
 BUFFER_BYTES = 64 * 2**20
 _POLL_MS = 100
 EMPTY_BACKOFF_MAX_S = 0.5
+ASK_AGAIN_MAX_S = 0.05
+"""A split reply with nothing and no end (keys of a lost task wait for their
+fence; a resumed read's splits already done were passed over) is asked again
+after at most this long."""
 
 
 class RemoteSplitProvider(SplitProvider):
@@ -109,7 +113,7 @@ class RemoteSplitProvider(SplitProvider):
 
     def _fetch(self) -> None:
         """Asks for the next splits: as many as the batch size says."""
-        wait = Backoff(0.005, EMPTY_BACKOFF_MAX_S, jitter=0.0)
+        wait = Backoff(0.001, ASK_AGAIN_MAX_S, jitter=0.0)
         while True:
             reply = self._ask()
             if reply.end_of_splits:
