@@ -43,7 +43,8 @@ class HandedKeys:
         count = len(lineages)
         # The usual reply: one next key per element, as a range source makes.
         if (
-            len(flat) == 2 * count
+            count
+            and len(flat) == 2 * count
             and flat[-1] - flat[0] == count
             and flat[2::2] == flat[1:-1:2]
         ):
