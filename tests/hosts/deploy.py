@@ -23,6 +23,7 @@ from tests.hosts.netns import Host, Network
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("dispatcher", "worker")
 MULTI_HOST = "configs/multi-host.yaml"
+CONFIG_PATH = "/etc/zmqdata/zmqdata.yaml"  # the containers' deployment file
 _PROMPT = re.compile(r"^(dispatcher|worker)-host(?:-N)?\$\s+zmqdata (.*)$")
 
 
@@ -43,13 +44,14 @@ def container_commands(kind: str) -> tuple[list[tuple[str, list[str]]], str | No
     """``(role, argv)`` of the containers in configs/docker-compose.yaml or configs/k8s/.
 
     The dispatcher's service name becomes ``dispatcher-host`` (the cluster's
-    DNS would resolve it). Also returns the worker ConfigMap's file (k8s).
+    DNS would resolve it). Also returns the deployment file both mount
+    (``CONFIG_PATH``: the compose ``configs:`` entry or the k8s ConfigMap).
     """
     configs = ROOT / "configs"
     if kind == "compose":
         services = yaml.safe_load((configs / "docker-compose.yaml").read_text())
         argv = {role: services["services"][role]["command"] for role in SERVICES}
-        config_map = None
+        config_map = services["configs"]["zmqdata"]["content"]
     else:
         argv, config_map = {}, None
         for role in SERVICES:
@@ -60,7 +62,7 @@ def container_commands(kind: str) -> tuple[list[tuple[str, list[str]]], str | No
                     [container] = doc["spec"]["template"]["spec"]["containers"]
                     argv[role] = container["args"]
                 elif doc["kind"] == "ConfigMap":
-                    config_map = doc["data"]["worker.yaml"]
+                    config_map = doc["data"]["zmqdata.yaml"]
     named = re.compile(r"(zmqdata-)?dispatcher:5050")
     return [
         (role, [named.sub("dispatcher-host:5050", arg) for arg in argv[role]])

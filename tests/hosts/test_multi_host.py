@@ -12,7 +12,12 @@ from collections import Counter
 
 import pytest
 
-from tests.hosts.deploy import Deployment, container_commands, docs_commands
+from tests.hosts.deploy import (
+    CONFIG_PATH,
+    Deployment,
+    container_commands,
+    docs_commands,
+)
 
 N = 2000
 SECURE = [(role, argv) for role, argv in docs_commands() if "--config" in argv]
@@ -67,8 +72,8 @@ def test_the_container_configs_serve_across_hosts(deployment, kind):
     d = deployment(secure=False)
     commands, config_map = container_commands(kind)
     if config_map is not None:
-        (d.directory / "worker.yaml").write_text(config_map)
-        d.swap["/etc/zmqdata/worker.yaml"] = str(d.directory / "worker.yaml")
+        (d.directory / "zmqdata.yaml").write_text(config_map)
+        d.swap[CONFIG_PATH] = str(d.directory / "zmqdata.yaml")
     d.start_cluster(commands, workers=2)
     result = read(d, mode="distributed_epoch")
     assert sorted(result["elements"]) == list(range(N))

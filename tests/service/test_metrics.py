@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import socket
+import sys
 import threading
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +16,7 @@ import pytest
 import zmqdata as zd
 from tests.helpers import poll_for, scrape
 from zmqdata import errors, service
+from zmqdata._version import PROTOCOL_VERSION
 
 
 def worker_entry(c: Any) -> dict[str, Any]:
@@ -177,3 +183,46 @@ def test_metrics_port_is_validated(value):
         service.DispatcherConfig(metrics_port=value)
     with pytest.raises(ValueError, match=r"WorkerConfig\.metrics_port"):
         service.WorkerConfig("tcp://127.0.0.1:1", metrics_port=value)
+
+
+def samples(address: str, name: str) -> list[Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process_* is Linux")
+def test_both_endpoints_serve_process_metrics_and_build_info(cluster):
+    c = cluster(num_workers=1, metrics_port=0, dispatcher_options={"metrics_port": 0})
+    for address in (c.dispatcher.metrics_address, c.workers[0].metrics_address):
+        got = scrape(str(address))
+        assert got["process_cpu_seconds_total"] > 0
+        assert got["process_resident_memory_bytes"] > 10 * 2**20
+        assert 3 <= got["process_open_fds"] <= got["process_max_fds"]
+        assert got["process_start_time_seconds"] == pytest.approx(
+            proc_start_time(), abs=2.0
+        )
+        [info] = samples(str(address), "zmqdata_build_info")
+        assert info.value == 1
+        assert info.labels == {
+            "version": zd.__version__,
+            "protocol": str(PROTOCOL_VERSION),
+            "python": platform.python_version(),
+        }
+
+
+def proc_start_time() -> float:
+    """This process's start time (s since the epoch), from /proc as ps computes it."""
+    ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    raise AssertionError("no btime in /proc/stat")

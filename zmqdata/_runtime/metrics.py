@@ -5,7 +5,9 @@ and never touch ``prometheus_client`` on a hot path: a ``MetricsServer`` holds a
 registry of its own with one collector, which reads those ints when Prometheus
 scrapes. Each server has its own registry and HTTP server, so several servers in
 one process never clash; ``stop()`` shuts the HTTP server and its thread down
-and frees the port.
+and frees the port. Every endpoint also serves the process's ``process_*``
+metrics (CPU seconds, resident memory, open fds, start time; Linux) and
+``zmqdata_build_info``.
 
 >>> stats = ServeStats()
 >>> stats.served(3, 120); stats.failed(); stats.as_dict()
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import platform
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 
     from prometheus_client.metrics_core import Metric
 
+from zmqdata._version import PROTOCOL_VERSION, __version__
 from zmqdata.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
@@ -90,6 +94,26 @@ def gauge(name: str, documentation: str, value: float) -> Metric:
     return GaugeMetricFamily(name, documentation, value=value)
 
 
+def build_info() -> Metric:
+    """``zmqdata_build_info{version, protocol, python} 1``: what this process runs.
+
+    >>> [sample] = build_info().samples
+    >>> sorted(sample.labels), sample.value
+    (['protocol', 'python', 'version'], 1)
+    """
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        "zmqdata_build_info",
+        "zmqdata version, wire protocol version and Python version (always 1).",
+        labels=("version", "protocol", "python"),
+    )
+    family.add_metric(
+        (__version__, str(PROTOCOL_VERSION), platform.python_version()), 1
+    )
+    return family
+
+
 class _Collector:
     """Adapts a callable to ``prometheus_client``'s collector protocol."""
 
@@ -122,14 +146,19 @@ class MetricsServer:
         collect: Callable[[], Iterable[Metric]],
     ) -> None:
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import (
+                CollectorRegistry,
+                ProcessCollector,
+                start_http_server,
+            )
         except ImportError:  # pragma: no cover - prometheus_client is a dependency
             raise ImportError(
                 "metrics_port needs the prometheus_client package: "
                 "pip install prometheus_client"
             ) from None
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(_Collector(collect))
+        self._registry.register(_Collector(lambda: [*collect(), build_info()]))
+        ProcessCollector(registry=self._registry)  # process_*: nothing off Linux
         self._server: WSGIServer | None
         try:
             self._server, self._thread = start_http_server(
