@@ -58,7 +58,7 @@ def compose() -> dict[str, Any]:
     "doc", [d for _, d in DOCUMENTS], ids=[i for i, _ in DOCUMENTS]
 )
 def test_every_kubernetes_document_is_valid_strictly(doc):
-    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == K8S_VERSION
 
 
 def test_strict_kubernetes_validation_rejects_an_unknown_field():
