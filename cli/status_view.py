@@ -105,9 +105,15 @@ def heartbeat(worker: dict[str, Any]) -> str:
 
 
 def buffer_fill(buffer: dict[str, int] | None) -> str:
-    """``12% (120/1024 el, 7.5 MiB)``: the fuller of elements and bytes."""
-    if not buffer or not buffer.get("capacity_elements"):
+    """``12% (120/1024 el, 7.5 MiB)``: the fuller of elements and bytes.
+
+    Without a capacity (no task, or an older worker): ``120 el, 7.5 MiB``.
+    """
+    if not buffer:
         return "-"
+    held = f"{buffer['elements']} el, {human_bytes(buffer['bytes'])}"
+    if not buffer.get("capacity_elements"):
+        return held if buffer["elements"] else "-"
     fill = max(
         buffer["elements"] / buffer["capacity_elements"],
         buffer["bytes"] / max(1, buffer["capacity_bytes"]),

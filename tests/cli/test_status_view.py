@@ -185,3 +185,5 @@ def test_buffer_fill_is_the_fuller_of_elements_and_bytes():
         "capacity_bytes": 64 * MiB,
     }
     assert buffer_fill(buffer) == "75% (10/1024 el, 48.0 MiB)"
+    old_worker = {**buffer, "capacity_elements": 0, "capacity_bytes": 0}
+    assert buffer_fill(old_worker) == "10 el, 48.0 MiB"

@@ -149,10 +149,15 @@ def test_a_dynamic_job_has_its_rate_and_an_eta_from_its_split_progress(state):
     for _ in range(16):  # a quarter of the 64 splits
         one(state, next_split_request(state, iteration), b"h:1", 0.1)
     [task_id] = state.records.tasks
-    tasks = [{"task_id": task_id, "elements": 100}, {"task_id": 999, "elements": 5}]
+    capacity = {"buffer_capacity_elements": 1024, "buffer_capacity_bytes": 64 * 2**20}
+    tasks = [
+        {"task_id": task_id, "elements": 100, **capacity},
+        {"task_id": 999, "elements": 5},  # no capacity: an older worker, or odd
+        "odd",
+    ]
     stats = {"buffered_elements": 8, "buffered_bytes": 64, "tasks": tasks}
     beat(state, worker_id, stats, now=1.0)
-    stats["tasks"] = [{"task_id": task_id, "elements": 300}]
+    stats["tasks"] = [{"task_id": task_id, "elements": 300, **capacity}]
     beat(state, worker_id, stats, now=1.5)
     [job_status] = state.status()["jobs"]
     assert job_status["splits"] == {"handed_out": 16, "total": 64}

@@ -24,7 +24,6 @@ from zmqdata._dispatcher.samples import Rate, WorkerSample
 from zmqdata._dispatcher.splits import Splits
 from zmqdata._version import __version__
 from zmqdata._wire.modes import ShardingPolicy
-from zmqdata._worker.task import BUFFER_BYTES, BUFFER_ITEMS
 
 
 def render(
@@ -102,14 +101,19 @@ def _served_by_job(
 
 
 def _buffer(stats: dict[str, Any]) -> dict[str, int]:
-    """Buffered elements and bytes, and what the worker's task buffers can hold."""
+    """Buffered elements and bytes, and what the worker's task buffers can hold.
+
+    The capacities sum what each task reports (0 from workers that do not).
+    """
     tasks = stats.get("tasks")
-    num_tasks = len(tasks) if isinstance(tasks, list) else 0
+    tasks = [t for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
     return {
         "elements": _int(stats.get("buffered_elements")),
         "bytes": _int(stats.get("buffered_bytes")),
-        "capacity_elements": num_tasks * BUFFER_ITEMS,
-        "capacity_bytes": num_tasks * BUFFER_BYTES,
+        "capacity_elements": sum(
+            _int(t.get("buffer_capacity_elements")) for t in tasks
+        ),
+        "capacity_bytes": sum(_int(t.get("buffer_capacity_bytes")) for t in tasks),
     }
 
 
