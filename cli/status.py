@@ -5,69 +5,58 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 from zmqdata_cli._common import stop_on_signals
+from zmqdata_cli.status_view import render
 
 from zmqdata import service
-from zmqdata.errors import PermissionDeniedError, UnavailableError
+from zmqdata.errors import PermissionDeniedError, ZmqDataError
 
-_WORKER_KEYS = ("worker_id", "address", "data_address", "tags", "num_tasks")
+__all__ = ["render", "status"]
 
-
-def _stats(worker: dict[str, Any]) -> dict[str, float]:
-    """The numeric per-worker statistics present in a status (``stats`` or top level)."""
-    found: dict[str, float] = {}
-    candidates = dict(worker.get("stats") or {})
-    candidates.update({k: v for k, v in worker.items() if k not in _WORKER_KEYS})
-    for key, value in candidates.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            found[key] = value
-    return found
+CLEAR_LINE = "\x1b[K"
+HOME = "\x1b[H"
+CLEAR_BELOW = "\x1b[J"
 
 
-def _number(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def dispatcher_address(given: str | None) -> str:
+    """The dispatcher to ask: ``--dispatcher`` (the one place defaults go)."""
+    if given:
+        return given
+    raise click.UsageError("Missing option '--dispatcher' (host:port).")
 
 
-def render(status: dict[str, Any], address: str) -> str:
-    """The human view of ``status``."""
-    lines = [f"dispatcher {address} (zmqdata {status.get('version', '?')})"]
-    workers = status.get("workers", [])
-    lines.append(f"workers: {len(workers)}")
-    for w in workers:
-        stats = "".join(f"  {k}={_number(v)}" for k, v in sorted(_stats(w).items()))
-        tags = f"  tags={','.join(w['tags'])}" if w.get("tags") else ""
-        lines.append(
-            f"  #{w.get('worker_id')}  {w.get('address')}  "
-            f"tasks={w.get('num_tasks', 0)}{tags}{stats}"
-        )
-    datasets = status.get("datasets", [])
-    lines.append(f"datasets: {len(datasets)}")
-    for d in datasets:
-        lines.append(
-            f"  {d.get('dataset_id')}  fingerprint={str(d.get('fingerprint'))[:12]}  "
-            f"compression={d.get('compression')}  bytes={d.get('pipeline_bytes')}"
-        )
-    jobs = status.get("jobs", [])
-    lines.append(f"jobs: {len(jobs)}")
-    for j in jobs:
-        name = f" name={j['job_name']}" if j.get("job_name") else ""
-        consumers = j.get("num_consumers")
-        lines.append(
-            f"  {j.get('job_id')}  dataset={j.get('dataset_id')}  "
-            f"mode={j.get('processing_mode')}  "
-            f"consumers={'-' if consumers is None else consumers}  "
-            f"clients={j.get('num_clients')}  finished={j.get('finished')}{name}"
-        )
-    return "\n".join(lines)
+def fetch(address: str, timeout: float) -> dict[str, Any]:
+    """``service.get_status``; a bad address or a refused key exits non-zero.
+
+    An unreachable dispatcher raises ``ZmqDataError`` (``--watch`` retries).
+    """
+    try:
+        return service.get_status(address, timeout_s=timeout)
+    except (PermissionDeniedError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+
+
+def snapshot(address: str, timeout: float, as_json: bool) -> str:
+    """One status, as JSON or tables."""
+    current = fetch(address, timeout)
+    if as_json:
+        return json.dumps(current, indent=2, sort_keys=True)
+    shown: str = render(current, address)
+    return shown
 
 
 @click.command()
 @click.option(
-    "--dispatcher", "address", required=True, help="Dispatcher address, host:port."
+    "--dispatcher",
+    "address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Dispatcher address, host:port.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print get_status() as JSON.")
 @click.option(
@@ -75,38 +64,58 @@ def render(status: dict[str, Any], address: str) -> str:
     type=click.FloatRange(min=0.1),
     default=None,
     metavar="SECONDS",
-    help="Refresh every SECONDS until Ctrl-C.",
+    help="Refresh every SECONDS until Ctrl-C; survives a dispatcher restart.",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),
     default=5.0,
     show_default=True,
-    help="Give up on an unreachable dispatcher after this many seconds.",
+    help="Give up on an unreachable dispatcher after this many seconds (per poll).",
 )
-def status(address: str, as_json: bool, watch: float | None, timeout: float) -> None:
+def status(
+    address: str | None, as_json: bool, watch: float | None, timeout: float
+) -> None:
     """Show the workers, datasets and jobs a dispatcher knows."""
-
-    def show() -> None:
-        try:
-            current = service.get_status(address, timeout_s=timeout)
-        except (UnavailableError, PermissionDeniedError, ValueError) as error:
-            raise click.ClickException(str(error)) from None
-        if as_json:
-            click.echo(json.dumps(current, indent=2, sort_keys=True))
-        else:
-            click.echo(render(current, address))
-
+    target = dispatcher_address(address)
     if watch is None:
-        show()
+        try:
+            click.echo(snapshot(target, timeout, as_json))
+        except ZmqDataError as error:
+            raise click.ClickException(str(error)) from None
         return
+    terminal = sys.stdout.isatty()
     with stop_on_signals() as stop:
-        _watch(show, watch, stop)
+        watch_loop(lambda: snapshot(target, timeout, as_json), watch, stop, terminal)
 
 
-def _watch(show: Callable[[], None], every: float, stop: threading.Event) -> None:
+def frame(body: str, every: float, terminal: bool) -> str:
+    """One ``--watch`` screen: redrawn in place on a terminal, else plain text.
+
+    >>> frame(chr(10).join("ab"), 2.0, terminal=False).splitlines()[1:]
+    ['', 'a', 'b', '']
+    >>> frame("a", 2.0, terminal=True).startswith(HOME)
+    True
+    """
+    stamp = time.strftime("%H:%M:%S")
+    text = f"every {every:g}s, {stamp} (Ctrl-C to stop)\n\n{body}"
+    if not terminal:
+        return text + "\n\n"  # snapshots separated by a blank line
+    lines = (line + CLEAR_LINE for line in text.split("\n"))
+    return HOME + "\n".join(lines) + "\n" + CLEAR_BELOW
+
+
+def watch_loop(
+    show: Callable[[], str], every: float, stop: threading.Event, terminal: bool
+) -> None:
+    """Prints ``show()`` every ``every`` seconds until ``stop``.
+
+    A failed poll prints why and keeps polling.
+    """
     while not stop.is_set():
-        if sys.stdout.isatty():
-            click.echo("\x1b[2J\x1b[H", nl=False)  # clear the screen
-        show()
+        try:
+            body = show()
+        except ZmqDataError as error:
+            body = f"dispatcher unreachable (retrying): {error}"
+        click.echo(frame(body, every, terminal), nl=False)
         stop.wait(every)

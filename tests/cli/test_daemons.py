@@ -41,8 +41,8 @@ def test_dispatcher_and_worker_serve_a_client_and_exit_0_on_sigterm():
 
             human = run("status", "--dispatcher", target)
             assert human.returncode == 0, human.stderr
-            assert "workers: 1" in human.stdout
-            assert "mode=distributed_epoch" in human.stdout
+            assert "1 worker, 1 dataset, 1 job" in human.stdout
+            assert "distributed_epoch" in human.stdout
 
             assert worker.stop(signal.SIGTERM) == 0
         assert dispatcher.stop(signal.SIGTERM) == 0

@@ -120,3 +120,53 @@ def test_jobs_without_dynamic_splits_show_no_split_progress(state):
     one(state, m.GetOrCreateJob(dataset_id=dataset, processing_mode=OFF), b"c", 0.0)
     [job_status] = state.status()["jobs"]
     assert "splits" not in job_status
+
+
+def test_heartbeat_age_interval_and_rates_are_measured_with_the_dispatchers_clock():
+    state = DispatcherState(DispatcherConfig(worker_timeout_ms=10_000), now=0.25)
+    worker_id = register(state)
+    assert worker_status(state)["heartbeat_age_s"] is None  # no clock: no age
+    beat(state, worker_id, {"elements": 10, "bytes": 1_000}, now=1.0)
+    beat(state, worker_id, {"elements": 30, "bytes": 5_000}, now=1.5)
+    shown = state.status(now=4.0)
+    [worker] = shown["workers"]
+    assert worker["heartbeat_age_s"] == pytest.approx(2.5)
+    assert worker["heartbeat_interval_s"] == pytest.approx(0.5)
+    assert worker["bytes_per_s"] == pytest.approx(8_000.0)
+    assert shown["uptime_s"] == pytest.approx(3.75)
+    assert shown["worker_timeout_s"] == 10.0
+
+
+def test_a_dynamic_job_has_its_rate_and_an_eta_from_its_split_progress(state):
+    worker_id = register(state)
+    data = graph.serialize(zd.Dataset.range(1_024)._node)
+    dataset = one(state, m.GetOrRegisterDataset(pipeline=data), b"c", 0.0).dataset_id
+    job_message = m.GetOrCreateJob(dataset_id=dataset, processing_mode=DYNAMIC)
+    job = one(state, job_message, b"c", 0.0).job_id
+    iteration = one(
+        state, m.GetOrCreateIteration(job_id=job, repetition=0), b"c", 0.0
+    ).iteration_id
+    for _ in range(16):  # a quarter of the 64 splits
+        one(state, next_split_request(state, iteration), b"h:1", 0.1)
+    [task_id] = state.records.tasks
+    capacity = {"buffer_capacity_elements": 1024, "buffer_capacity_bytes": 64 * 2**20}
+    tasks = [
+        {"task_id": task_id, "elements": 100, **capacity},
+        {"task_id": 999, "elements": 5},  # no capacity: an older worker, or odd
+        "odd",
+    ]
+    stats = {"buffered_elements": 8, "buffered_bytes": 64, "tasks": tasks}
+    beat(state, worker_id, stats, now=1.0)
+    stats["tasks"] = [{"task_id": task_id, "elements": 300, **capacity}]
+    beat(state, worker_id, stats, now=1.5)
+    [job_status] = state.status()["jobs"]
+    assert job_status["splits"] == {"handed_out": 16, "total": 64}
+    assert job_status["elements"] == 300
+    assert job_status["elements_per_s"] == pytest.approx(400.0)
+    assert job_status["eta_s"] == pytest.approx(300 * 3 / 400)  # 3x as much left
+    assert worker_status(state)["buffer"] == {
+        "elements": 8,
+        "bytes": 64,
+        "capacity_elements": 1024,
+        "capacity_bytes": 64 * 2**20,
+    }

@@ -1,30 +1,63 @@
-"""Workers' reported stats and served-elements rates: metrics, never events.
+"""Workers' reported stats and served rates: metrics, never events.
 
 Like heartbeat times, samples are not journaled: a restarted dispatcher starts
 without them and fills them in at the next heartbeats.
 
->>> first = sample(None, {"elements": 100}, now=1.0)
->>> sample(first, {"elements": 300}, now=1.5).elements_per_s
-400.0
+>>> first = sample(None, {"elements": 100, "bytes": 10}, now=1.0)
+>>> second = sample(first, {"elements": 300, "bytes": 50}, now=1.5)
+>>> second.elements_per_s, second.bytes_per_s, second.interval_s
+(400.0, 80.0, 0.5)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Rate:
+    """A counter's last value and its rate between the last two reports."""
+
+    count: int | None = None
+    per_s: float = 0.0
+
+    def next(self, count: int | None, elapsed: float) -> Rate:
+        """This rate after a report of ``count`` ``elapsed`` seconds later.
+
+        A report without the counter keeps the rate; a counter that went back
+        (a restarted worker) counts as no progress.
+        """
+        if count is None:
+            return Rate(self.count, self.per_s)
+        if self.count is None or elapsed <= 0:
+            return Rate(count, self.per_s)
+        return Rate(count, max(0, count - self.count) / elapsed)
 
 
 @dataclass
 class WorkerSample:
     """A worker's last reported stats (liveness data, never an event).
 
-    ``elements_per_s`` is the served-elements rate between its last two reports.
+    The rates are measured between its last two reports; ``interval_s`` is the
+    time between them (``None`` after one report).
     """
 
     stats: dict[str, Any]
     time: float
-    elements: int | None
-    elements_per_s: float = 0.0
+    elements: Rate = field(default_factory=Rate)
+    bytes: Rate = field(default_factory=Rate)
+    tasks: dict[int, Rate] = field(default_factory=dict)
+    """Elements served per task id, from ``stats["tasks"]``."""
+    interval_s: float | None = None
+
+    @property
+    def elements_per_s(self) -> float:
+        return self.elements.per_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.bytes.per_s
 
 
 def _count(stats: dict[str, Any], name: str) -> int | None:
@@ -32,19 +65,39 @@ def _count(stats: dict[str, Any], name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _task_counts(stats: dict[str, Any]) -> dict[int, int]:
+    """Elements served per task id; odd entries are left out."""
+    tasks = stats.get("tasks")
+    if not isinstance(tasks, list):
+        return {}
+    counts: dict[int, int] = {}
+    for task in tasks:
+        if isinstance(task, dict):
+            task_id, elements = _count(task, "task_id"), _count(task, "elements")
+            if task_id is not None and elements is not None:
+                counts[task_id] = elements
+    return counts
+
+
 def sample(
     previous: WorkerSample | None, stats: dict[str, Any], now: float
 ) -> WorkerSample:
-    """The sample of a heartbeat's ``stats``, its rate measured from ``previous``.
-
-    A report without an element count keeps the previous rate.
-    """
-    elements = _count(stats, "elements")
-    new = WorkerSample(stats, now, elements)
+    """The sample of a heartbeat's ``stats``, its rates measured from ``previous``."""
     if previous is None:
-        return new
-    new.elements_per_s = previous.elements_per_s
-    if elements is not None and previous.elements is not None and now > previous.time:
-        gained = max(0, elements - previous.elements)
-        new.elements_per_s = gained / (now - previous.time)
-    return new
+        previous = WorkerSample({}, now)
+        elapsed = 0.0
+        interval = None
+    else:
+        elapsed = now - previous.time
+        interval = elapsed if elapsed > 0 else previous.interval_s
+    return WorkerSample(
+        stats,
+        now,
+        previous.elements.next(_count(stats, "elements"), elapsed),
+        previous.bytes.next(_count(stats, "bytes"), elapsed),
+        {
+            task_id: previous.tasks.get(task_id, Rate()).next(count, elapsed)
+            for task_id, count in _task_counts(stats).items()
+        },
+        interval,
+    )

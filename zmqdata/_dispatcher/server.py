@@ -59,7 +59,9 @@ class _DispatcherLoop(PollLoop):
     def __init__(self, config: DispatcherConfig) -> None:
         super().__init__("zmqdata-dispatcher")
         self.config = config
-        self.state = DispatcherState(config, incarnation=uuid.uuid4().hex)
+        self.state = DispatcherState(
+            config, now=time.monotonic(), incarnation=uuid.uuid4().hex
+        )
         self.journal: Journal | None = None
         self.endpoint = ""
         self._bad_input = RateLimitedLog(logger)

@@ -84,6 +84,7 @@ class DispatcherState:
         self.incarnation = incarnation
         self._sink: EventSink = NoJournal() if sink is None else sink
         self.records = self._sink.restore(now)
+        self.started = now  # the uptime in the status counts from here
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
         self._liveness_due = float("-inf")  # next scan for silent peers (the same)
         self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
@@ -129,9 +130,15 @@ class DispatcherState:
             if client is not None:
                 self._left_seen[("client", event.client_id)] = client.last_seen
 
-    def status(self) -> dict[str, Any]:
-        """What ``service.get_status`` and ``zmqdata status`` show."""
-        return status.render(self.records, self.worker_samples)
+    def status(self, now: float | None = None) -> dict[str, Any]:
+        """What ``service.get_status`` and ``zmqdata status`` show (ages at ``now``)."""
+        return status.render(
+            self.records,
+            self.worker_samples,
+            now=now,
+            started=self.started,
+            worker_timeout_s=self.config.worker_timeout_ms / 1000,
+        )
 
     # ------------------------------------------------------------ entry points
 
@@ -740,7 +747,7 @@ class DispatcherState:
     # ------------------------------------------------------------ status
 
     def _get_status(self, peer: bytes, msg: m.GetStatus, now: float) -> list[Outgoing]:
-        reply = m.GetStatusReply(request_id=msg.request_id, status=self.status())
+        reply = m.GetStatusReply(request_id=msg.request_id, status=self.status(now))
         return [(peer, reply)]
 
 

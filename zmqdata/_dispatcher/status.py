@@ -4,11 +4,12 @@ Read-only: rendering never changes the records, and an odd record (a split
 source whose splits cannot be counted) leaves a field out rather than fail.
 
 >>> from zmqdata._dispatcher.records import ClusterRecords
->>> shown = render(ClusterRecords(), {})
->>> sorted(shown), shown["workers"]
-(['datasets', 'jobs', 'records', 'version', 'workers'], [])
->>> shown["records"]["clients"]
-0
+>>> shown = render(ClusterRecords(), {}, now=12.5, started=10.0)
+>>> sorted(shown)  # doctest: +NORMALIZE_WHITESPACE
+['datasets', 'jobs', 'records', 'uptime_s', 'version', 'worker_timeout_s',
+ 'workers']
+>>> shown["records"]["clients"], shown["uptime_s"]
+(0, 2.5)
 """
 
 from __future__ import annotations
@@ -19,24 +20,36 @@ from typing import Any
 from zmqdata._dataset.node import Node
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords
-from zmqdata._dispatcher.samples import WorkerSample
+from zmqdata._dispatcher.samples import Rate, WorkerSample
 from zmqdata._dispatcher.splits import Splits
 from zmqdata._version import __version__
 from zmqdata._wire.modes import ShardingPolicy
 
 
 def render(
-    records: ClusterRecords, samples: Mapping[int, WorkerSample]
+    records: ClusterRecords,
+    samples: Mapping[int, WorkerSample],
+    *,
+    now: float | None = None,
+    started: float | None = None,
+    worker_timeout_s: float | None = None,
 ) -> dict[str, Any]:
-    """The status of every worker, dataset and job; ``samples``: workers' stats."""
+    """The status of every worker, dataset and job; ``samples``: workers' stats.
+
+    ``now``: the dispatcher's clock, for heartbeat ages and the uptime since
+    ``started`` (both ``None`` without it).
+    """
     task_counts: dict[int, int] = {}
     for task in records.tasks.values():
         if not task.finished:
             task_counts[task.worker_id] = task_counts.get(task.worker_id, 0) + 1
+    served = _served_by_job(records, samples)
     return {
         "version": __version__,
+        "uptime_s": None if now is None or started is None else now - started,
+        "worker_timeout_s": worker_timeout_s,
         "workers": [
-            _worker(w, task_counts.get(w.worker_id, 0), samples.get(w.worker_id))
+            _worker(w, task_counts.get(w.worker_id, 0), samples.get(w.worker_id), now)
             for w in records.workers.values()
         ],
         "datasets": [
@@ -48,7 +61,10 @@ def render(
             }
             for d in records.datasets.values()
         ],
-        "jobs": [_job(records, job) for job in records.jobs.values()],
+        "jobs": [
+            _job(records, job, served.get(job.job_id, Rate(0)))
+            for job in records.jobs.values()
+        ],
         "records": _table_sizes(records),
     }
 
@@ -65,8 +81,51 @@ def _table_sizes(records: ClusterRecords) -> dict[str, int]:
     }
 
 
+def _served_by_job(
+    records: ClusterRecords, samples: Mapping[int, WorkerSample]
+) -> dict[int, Rate]:
+    """Elements served per job id (count and rate), over its tasks' reports."""
+    served: dict[int, Rate] = {}
+    for sample in samples.values():
+        for task_id, rate in sample.tasks.items():
+            task = records.tasks.get(task_id)
+            iteration = (
+                None if task is None else records.iterations.get(task.iteration_id)
+            )
+            if iteration is None:
+                continue
+            total = served.setdefault(iteration.job_id, Rate(0))
+            total.count = (total.count or 0) + (rate.count or 0)
+            total.per_s += rate.per_s
+    return served
+
+
+def _buffer(stats: dict[str, Any]) -> dict[str, int]:
+    """Buffered elements and bytes, and what the worker's task buffers can hold.
+
+    The capacities sum what each task reports (0 from workers that do not).
+    """
+    tasks = stats.get("tasks")
+    tasks = [t for t in tasks if isinstance(t, dict)] if isinstance(tasks, list) else []
+    return {
+        "elements": _int(stats.get("buffered_elements")),
+        "bytes": _int(stats.get("buffered_bytes")),
+        "capacity_elements": sum(
+            _int(t.get("buffer_capacity_elements")) for t in tasks
+        ),
+        "capacity_bytes": sum(_int(t.get("buffer_capacity_bytes")) for t in tasks),
+    }
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _worker(
-    worker: model.Worker, num_tasks: int, sample: WorkerSample | None
+    worker: model.Worker,
+    num_tasks: int,
+    sample: WorkerSample | None,
+    now: float | None,
 ) -> dict[str, Any]:
     return {
         "worker_id": worker.worker_id,
@@ -77,6 +136,10 @@ def _worker(
         "num_tasks": num_tasks,
         "stats": {} if sample is None else sample.stats,
         "elements_per_s": 0.0 if sample is None else sample.elements_per_s,
+        "bytes_per_s": 0.0 if sample is None else sample.bytes_per_s,
+        "buffer": _buffer({} if sample is None else sample.stats),
+        "heartbeat_age_s": None if now is None else max(0.0, now - worker.last_seen),
+        "heartbeat_interval_s": None if sample is None else sample.interval_s,
     }
 
 
@@ -106,10 +169,24 @@ def _lost_keys(iterations: list[model.Iteration]) -> dict[str, int]:
     }
 
 
-def _job(records: ClusterRecords, job: model.Job) -> dict[str, Any]:
+def _eta_s(splits: dict[str, int] | None, served: Rate) -> float | None:
+    """Seconds left, if the splits not handed out yet are like those that were.
+
+    ``None`` without split progress, before any element, or at a rate of 0.
+    """
+    if splits is None or not splits["handed_out"] or not served.count:
+        return None
+    if served.per_s <= 0:
+        return None
+    done = splits["handed_out"] / max(1, splits["total"])
+    return served.count * (1 - done) / done / served.per_s
+
+
+def _job(records: ClusterRecords, job: model.Job, served: Rate) -> dict[str, Any]:
     iterations = [records.iterations[i] for i in job.iterations.values()]
     source = records.datasets[job.dataset_id].split_source
     splits = _split_progress(source, job, iterations)
+    finished = bool(iterations) and all(i.finished for i in iterations)
     return {
         **({} if splits is None else {"splits": splits}),
         **({"lost_keys": _lost_keys(iterations)} if job.exactly_once else {}),
@@ -123,5 +200,8 @@ def _job(records: ClusterRecords, job: model.Job) -> dict[str, Any]:
         "target_workers": job.target_workers,
         "num_iterations": len(iterations),
         "num_clients": sum(len(i.clients) for i in iterations),
-        "finished": bool(iterations) and all(i.finished for i in iterations),
+        "finished": finished,
+        "elements": served.count or 0,
+        "elements_per_s": served.per_s,
+        "eta_s": None if finished else _eta_s(splits, served),
     }

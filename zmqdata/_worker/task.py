@@ -262,6 +262,8 @@ class TaskRunner:
             **self.stats.as_dict(),
             "buffered_elements": items,
             "buffered_bytes": nbytes,
+            "buffer_capacity_elements": BUFFER_ITEMS,  # the fill `zmqdata status` shows
+            "buffer_capacity_bytes": BUFFER_BYTES,
             "finished": self.ended,
             **self.compression.stats(),
         }
