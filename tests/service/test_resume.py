@@ -77,18 +77,22 @@ def test_saving_does_not_disturb_the_read(cluster):
 
 
 @pytest.mark.parametrize(
-    "local",
+    ("local", "same_elements"),
     [
-        pytest.param(lambda ds: ds.batch(3), id="batch"),
-        pytest.param(lambda ds: ds.shuffle(64, seed=5), id="shuffle"),
-        pytest.param(lambda ds: ds.take(N - 100), id="take"),
+        pytest.param(lambda ds: ds.batch(3), True, id="batch"),
+        pytest.param(lambda ds: ds.shuffle(64, seed=5), True, id="shuffle"),
+        # Which elements come first depends on the workers: take keeps as many.
+        pytest.param(lambda ds: ds.take(N - 100), False, id="take"),
         pytest.param(
             lambda ds: ds.map(lambda x: x * 2).filter(lambda x: x % 3 > 0),
+            True,
             id="map_filter",
         ),
     ],
 )
-def test_local_ops_after_distribute_resume_with_the_service_position(cluster, local):
+def test_local_ops_after_distribute_resume_with_the_service_position(
+    cluster, local, same_elements
+):
     ds = local(read(cluster, zd.Dataset.range(N)))
     whole = Counter(flat(local(zd.Dataset.range(N))))
     with iter(ds) as first:
@@ -98,7 +102,13 @@ def test_local_ops_after_distribute_resume_with_the_service_position(cluster, lo
     with iter(ds) as second:
         second.restore(state)
         after = flat(second)
-    assert Counter(before + after) == whole
+    got = Counter(before + after)
+    if same_elements:
+        assert got == whole
+    else:
+        assert sum(got.values()) == sum(whole.values())
+        assert max(got.values()) == 1
+        assert set(got) <= set(range(N))
 
 
 def test_a_prefetch_after_distribute_cannot_save_and_says_why(cluster):
