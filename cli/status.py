@@ -67,7 +67,11 @@ def render(status: dict[str, Any], address: str) -> str:
 
 @click.command()
 @click.option(
-    "--dispatcher", "address", required=True, help="Dispatcher address, host:port."
+    "--dispatcher",
+    "address",
+    required=True,
+    envvar="ZMQDATA_DISPATCHER",
+    help="Dispatcher address, host:port [default: $ZMQDATA_DISPATCHER].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print get_status() as JSON.")
 @click.option(
