@@ -127,17 +127,26 @@ def detach(pid_file: str, log_file: str | None) -> None:
             "stop it first with: zmqdata stop"
         )
     argv = [*_without_daemon(sys.argv[1:]), "--pid-file", pid_file]
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        for path in (pid_file, log_path):
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(pid_file).touch()
+    except OSError as error:
+        raise click.ClickException(f"cannot write {error.filename}: {error}") from None
     with open(log_path, "ab") as log:
         start = log.tell()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "zmqdata", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,  # no terminal: Ctrl-C and hangups don't reach it
-            close_fds=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "zmqdata", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # no terminal: Ctrl-C, hangups don't reach it
+                close_fds=True,
+            )
+        except OSError as error:
+            _remove(pid_file)
+            raise click.ClickException(f"cannot start the deployment: {error}") from None
     Path(pid_file).write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:

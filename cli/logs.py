@@ -127,6 +127,7 @@ def daemon_logging(tag: str | None = None, propagate: bool = False) -> Callable[
             level = "DEBUG" if verbose else (log_level or "INFO").upper()
             fmt = log_format or "text"
             configure_logging(level, fmt, tag)
+            logger.debug("logging at %s, format %s", level, fmt)
             if propagate:
                 os.environ[LEVEL_ENV], os.environ[FORMAT_ENV] = level, fmt
             try:
