@@ -45,7 +45,7 @@ def load_deployment(path: str | None, discover: bool = False) -> yaml_config.Dep
     With ``discover``, a missing ``path`` is looked for (``find_config``);
     the file used is logged. Bad files or variables exit 1 with one line.
     """
-    source = "argument"
+    source = "the command line"
     if discover:
         path, source = find_config(path)
     try:
