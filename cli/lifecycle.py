@@ -146,7 +146,9 @@ def detach(pid_file: str, log_file: str | None) -> None:
             )
         except OSError as error:
             _remove(pid_file)
-            raise click.ClickException(f"cannot start the deployment: {error}") from None
+            raise click.ClickException(
+                f"cannot start the deployment: {error}"
+            ) from None
     Path(pid_file).write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -141,3 +141,21 @@ def daemon_logging(tag: str | None = None, propagate: bool = False) -> Callable[
         return run  # type: ignore[return-value]
 
     return decorate
+
+
+def verbose_option(command: F) -> F:
+    """Adds ``-v`` (DEBUG logs) after a non-daemon command, as before it."""
+
+    def on_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            configure_logging("DEBUG")
+
+    option = click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        callback=on_verbose,
+        help="Log at DEBUG level.",
+    )
+    return option(command)
