@@ -64,9 +64,7 @@ def test_a_worker_warns_early_and_periodically_when_refused(
     address = f"tcp://127.0.0.1:{free_port()}"
     config = service.WorkerConfig(address, heartbeat_interval_ms=50)
     with service.WorkerServer(config):
-        found = poll_for(
-            lambda: len(warnings_from(caplog, "zmqdata.worker")) >= 2, 5.0
-        )
+        found = poll_for(lambda: len(warnings_from(caplog, "zmqdata.worker")) >= 2, 5.0)
     assert found
     first = warnings_from(caplog, "zmqdata.worker")[0]
     assert f"no answer from the dispatcher at {address}" in first
