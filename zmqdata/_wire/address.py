@@ -29,14 +29,15 @@ def dispatcher_target(service: Any) -> str:
     >>> dispatcher_target(None)
     Traceback (most recent call last):
     ...
-    ValueError: no dispatcher address: pass service="host:port" or set ZMQDATA_DISPATCHER
+    ValueError: no dispatcher address (service=None): pass service="host:port" or set ZMQDATA_DISPATCHER
     """
     if service is not None:
         return parse_target(service)
     found = os.environ.get(DISPATCHER_ENV)
     if not found:
         raise ValueError(
-            f'no dispatcher address: pass service="host:port" or set {DISPATCHER_ENV}'
+            "no dispatcher address (service=None): "
+            f'pass service="host:port" or set {DISPATCHER_ENV}'
         )
     return parse_target(found, what=DISPATCHER_ENV)
 
