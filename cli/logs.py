@@ -62,22 +62,39 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at each line (test runners swap it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def configure_logging(
     level: str = "INFO", fmt: str = "text", tag: str | None = None
 ) -> None:
-    """Sends every log line of the process to stderr, formatted (replaces any setup).
+    """Sends every log line of the process to stderr, formatted.
 
-    ``tag`` defaults to ``ZMQDATA_LOG_TAG``.
+    Replaces the handler of an earlier call (the group's, then the
+    command's); ``tag`` defaults to ``ZMQDATA_LOG_TAG``.
     """
     tag = os.environ.get(TAG_ENV) or tag
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     if fmt == "json":
         handler.setFormatter(JsonFormatter(tag))
     else:
         handler.setFormatter(
             logging.Formatter(TEXT_FORMAT.format(tag=f" [{tag}]" if tag else ""))
         )
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Stderr)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
 
 
 def daemon_logging(tag: str | None = None, propagate: bool = False) -> Callable[[F], F]:
