@@ -1,11 +1,11 @@
-"""Helpers shared by the ``zmqdata`` commands: logging, config loading, serving."""
+"""Helpers shared by the ``zmqdata`` commands: config loading, serving."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,28 +16,50 @@ import click
 from zmqdata._runtime import yaml_config
 from zmqdata.errors import ZmqDataError
 
-logger = logging.getLogger("zmqdata")
+logger = logging.getLogger("zmqdata.cli")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CONFIG_ENV = "ZMQDATA_CONFIG"
+DEFAULT_CONFIG = "zmqdata.yaml"
 T = TypeVar("T")
 
 
-def configure_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def find_config(path: str | None) -> tuple[str | None, str]:
+    """The config file to read and why: ``--config``, ``ZMQDATA_CONFIG``, ``./zmqdata.yaml``.
+
+    >>> find_config("d.yaml")
+    ('d.yaml', '--config')
+    """
+    if path is not None:
+        return path, "--config"
+    if os.environ.get(CONFIG_ENV):
+        return os.environ[CONFIG_ENV], CONFIG_ENV
+    if os.path.isfile(DEFAULT_CONFIG):
+        return DEFAULT_CONFIG, f"./{DEFAULT_CONFIG}"
+    return None, "no config file"
 
 
-def load_deployment(path: str | None) -> yaml_config.Deployment:
-    """The deployment file at ``path`` (empty without one); bad files exit 1."""
-    if path is None:
-        return yaml_config.Deployment()
+def load_deployment(path: str | None, discover: bool = False) -> yaml_config.Deployment:
+    """The deployment file at ``path`` with ``ZMQDATA_<SECTION>__<FIELD>`` over it.
+
+    With ``discover``, a missing ``path`` is looked for (``find_config``);
+    the file used is logged. Bad files or variables exit 1 with one line.
+    """
+    source = "the command line"
+    if discover:
+        path, source = find_config(path)
     try:
-        return yaml_config.load(path)
+        deployment = (
+            yaml_config.Deployment() if path is None else yaml_config.load(path)
+        )
+        deployment = yaml_config.with_env(deployment, os.environ)
     except yaml_config.ConfigError as error:
         raise click.ClickException(str(error)) from None
+    if path is not None:
+        logger.info("config: %s (from %s)", os.path.abspath(path), source)
+    for name in deployment.from_env:
+        logger.info("config: %s set by the environment", name)
+    return deployment
 
 
 @contextmanager
@@ -69,20 +91,30 @@ def start_server(name: str, build: Callable[[], T]) -> T:
         raise click.ClickException(f"{name} failed to start: {error}") from None
 
 
-def serve(name: str, build: Callable[[], Any], describe: Callable[[Any], str]) -> None:
-    """Builds a server, prints ``<name> ready: <address>``, serves until a signal."""
+def serve(
+    name: str,
+    build: Callable[[], Any],
+    describe: Callable[[Any], str],
+    announce: Callable[[Any], None] = lambda server: None,
+) -> None:
+    """Builds a server, logs ``<name> ready: <address>``, serves until a signal.
+
+    ``announce(server)`` logs more about it (addresses, hints) just before.
+    """
+    role = logging.getLogger(f"zmqdata.{name}")
     with stop_on_signals() as stop:
         server = start_server(name, build)
-        click.echo(f"{name} ready: {describe(server)}", err=True)
+        announce(server)
+        role.info("%s ready: %s", name, describe(server))
         try:
             while not stop.wait(0.5):
                 server.join(timeout=0)  # raises if a server loop died
         except ZmqDataError as error:
             server.stop()
             raise click.ClickException(f"{name} failed: {error}") from None
-        logger.info("%s stopping", name)
+        role.info("%s stopping", name)
         server.stop()
-        logger.info("%s stopped", name)
+        role.info("%s stopped", name)
 
 
 def is_loopback(host: str) -> bool:

@@ -1,29 +1,43 @@
 """``zmqdata dispatcher`` and ``zmqdata worker``: the servers as foreground daemons.
 
-Each reads its section of an optional ``--config`` file (flags override it),
-logs one line per lifecycle event, prints ``<name> ready: <address>`` on stderr
+Each reads its section of a config file (``--config``, else ``ZMQDATA_CONFIG``,
+else ``./zmqdata.yaml``), with ``ZMQDATA_<SECTION>__<FIELD>`` variables over
+it and flags over those; logs one line per lifecycle event (the bound,
+advertised and metrics addresses at start), logs ``<name> ready: <address>``
 once serving, stops cleanly on SIGINT/SIGTERM (exit 0) and exits non-zero with
 a one-line reason on bad configuration.
 """
 
 from __future__ import annotations
 
+import logging
+import socket
 from typing import Any
 
 import click
 from zmqdata_cli._common import check_exposure, load_deployment, serve
+from zmqdata_cli.logs import daemon_logging
 
 from zmqdata import service
 from zmqdata._dispatcher import journal
+from zmqdata._runtime import hostaddr, yaml_config
 from zmqdata._runtime import threads as thread_pools
-from zmqdata._runtime import yaml_config
+from zmqdata.errors import UnavailableError
+
+DEFAULT_PORT = 5050
+"""The dispatcher's well-known port when neither a flag nor the config sets one."""
+DISPATCHER_ENV = "ZMQDATA_DISPATCHER"
+# A documentation address (RFC 5737): a UDP connect towards it picks the
+# default route's source address and sends nothing.
+_OUTSIDE = "tcp://192.0.2.1:9"
 
 _config_option = click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML deployment file (see docs/deployment.md).",
+    help="YAML deployment file (see docs/deployment.md) "
+    "[default: $ZMQDATA_CONFIG, else ./zmqdata.yaml if present].",
 )
 _insecure_option = click.option(
     "--insecure",
@@ -35,7 +49,12 @@ _insecure_option = click.option(
 @click.command()
 @_config_option
 @click.option("--host", default=None, help="Interface to bind [default: 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="Port (0: any free) [default: 0].")
+@click.option(
+    "--port",
+    type=int,
+    default=None,
+    help=f"Port (0: any free) [default: dispatcher.port of the config, else {DEFAULT_PORT}].",
+)
 @click.option("--work-dir", default=None, help="Directory for the journal.")
 @click.option(
     "--fault-tolerant",
@@ -50,6 +69,7 @@ _insecure_option = click.option(
     "backing the file up in the work dir), then exit; see docs/reliability.md.",
 )
 @_insecure_option
+@daemon_logging()  # type: ignore[untyped-decorator]
 def dispatcher(
     config_file: str | None,
     host: str | None,
@@ -60,7 +80,7 @@ def dispatcher(
     insecure: bool,
 ) -> None:
     """Run a dispatcher in the foreground."""
-    section = load_deployment(config_file).dispatcher
+    section = load_deployment(config_file, discover=True).dispatcher
     if repair_journal:
         directory = work_dir or section.get("work_dir")
         if not directory:
@@ -73,12 +93,33 @@ def dispatcher(
             section,
             insecure,
             host=host,
-            port=port,
+            port=section.get("port", DEFAULT_PORT) if port is None else port,
             work_dir=work_dir,
             fault_tolerant_mode=fault_tolerant or None,
         )
 
-    serve("dispatcher", build, lambda server: server.target)
+    serve("dispatcher", build, lambda server: server.target, announce_dispatcher)
+
+
+def reachable(target: str) -> str:
+    """``target`` as ``host:port`` others can dial.
+
+    A wildcard host becomes this host's address on its default route (else
+    its name).
+
+    >>> reachable("tcp://127.0.0.1:5050"), reachable("ipc:///run/d.sock")
+    ('127.0.0.1:5050', 'ipc:///run/d.sock')
+    """
+    protocol, _, address = target.partition("://")
+    if protocol != "tcp":
+        return target
+    host, _, port = address.rpartition(":")
+    if hostaddr.is_wildcard(host):
+        try:
+            host = hostaddr.route_address(_OUTSIDE)
+        except UnavailableError:
+            host = socket.gethostname()
+    return f"{host}:{port}"
 
 
 def build_dispatcher(
@@ -96,8 +137,9 @@ def build_dispatcher(
     "--dispatcher",
     "dispatcher_address",
     default=None,
+    envvar=DISPATCHER_ENV,
     help="Dispatcher address, host:port or tcp://host:port "
-    "[default: worker.dispatcher_address of --config].",
+    f"[default: ${DISPATCHER_ENV}, else worker.dispatcher_address of the config].",
 )
 @click.option("--host", default=None, help="Interface to bind [default: 127.0.0.1].")
 @click.option(
@@ -109,7 +151,13 @@ def build_dispatcher(
     help="host:port consumers connect to [default: the bound host and port; "
     "for --host 0.0.0.0, this host's address towards the dispatcher].",
 )
-@click.option("--heartbeat-interval-ms", type=int, default=None)
+@click.option(
+    "--heartbeat-interval-ms",
+    type=int,
+    default=None,
+    help="How often the worker reports to the dispatcher, in ms "
+    "[default: worker.heartbeat_interval_ms of the config, else 1000].",
+)
 @click.option(
     "--metrics-port",
     type=int,
@@ -125,6 +173,7 @@ def build_dispatcher(
     "[default: auto].",
 )
 @_insecure_option
+@daemon_logging()  # type: ignore[untyped-decorator]
 def worker(
     config_file: str | None,
     dispatcher_address: str | None,
@@ -137,7 +186,7 @@ def worker(
     insecure: bool,
 ) -> None:
     """Run a worker in the foreground."""
-    section = load_deployment(config_file).worker
+    section = load_deployment(config_file, discover=True).worker
 
     def build() -> service.WorkerServer:
         config = yaml_config.worker_config(
@@ -155,4 +204,38 @@ def worker(
         thread_pools.own_process(config.threads)
         return service.WorkerServer(config)
 
-    serve("worker", build, lambda server: server.address)
+    serve("worker", build, lambda server: server.address, announce_worker)
+
+
+def announce_dispatcher(server: service.DispatchServer) -> None:
+    """Logs the metrics address and how to attach workers and trainers.
+
+    (The dispatcher logs its bound address when it starts.)
+    """
+    log = logging.getLogger("zmqdata.dispatcher")
+    if server.metrics_address:
+        log.info("dispatcher metrics: http://%s/metrics", server.metrics_address)
+    address = reachable(server.target)
+    log.info(
+        "attach workers with: zmqdata worker --dispatcher %s  (or %s=%s)",
+        address,
+        DISPATCHER_ENV,
+        address,
+    )
+    log.info(
+        'attach trainers with: service.distribute(mode, "%s")  (or %s=%s)',
+        address,
+        DISPATCHER_ENV,
+        address,
+    )
+
+
+def announce_worker(server: service.WorkerServer) -> None:
+    """Logs the worker's dispatcher and metrics addresses.
+
+    (The worker logs its bound and advertised addresses when it starts.)
+    """
+    log = logging.getLogger("zmqdata.worker")
+    log.info("worker dispatcher: %s", server.config.dispatcher_address)
+    if server.metrics_address:
+        log.info("worker metrics: http://%s/metrics", server.metrics_address)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 import zmq.auth
+from zmqdata_cli.logs import verbose_option
 
 
 def _create(path: Path, name: str) -> tuple[Path, Path]:
@@ -52,6 +53,7 @@ def _create(path: Path, name: str) -> tuple[Path, Path]:
     help="Also copy the public key into this authorized-keys directory "
     "(repeatable; made if missing).",
 )
+@verbose_option  # type: ignore[untyped-decorator]
 def keygen(directory: str, name: str, force: bool, authorize: tuple[str, ...]) -> None:
     """Write a CURVE key pair: DIR/NAME.key (public) and DIR/NAME.key_secret."""
     if not name or "/" in name or os.sep in name:

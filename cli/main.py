@@ -8,9 +8,10 @@ True
 from __future__ import annotations
 
 import click
-from zmqdata_cli._common import configure_logging
 from zmqdata_cli.daemons import dispatcher, worker
 from zmqdata_cli.keygen import keygen
+from zmqdata_cli.lifecycle import stop
+from zmqdata_cli.logs import configure_logging
 from zmqdata_cli.status import status
 from zmqdata_cli.up import up
 
@@ -19,10 +20,12 @@ from zmqdata._version import __version__
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="zmqdata")
-@click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log at DEBUG level (also after the command)."
+)
 def main(verbose: bool) -> None:
     """zmqdata: a disaggregated input-pipeline service on ZeroMQ."""
-    configure_logging(verbose)
+    configure_logging("DEBUG" if verbose else "INFO")
 
 
 main.add_command(dispatcher)
@@ -30,6 +33,8 @@ main.add_command(worker)
 main.add_command(up)
 main.add_command(status)
 main.add_command(keygen)
+main.add_command(stop)
+main.add_command(stop, name="down")
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,9 @@ def dispatcher_address(given: str | None) -> str:
     """The dispatcher to ask: ``--dispatcher`` (the one place defaults go)."""
     if given:
         return given
-    raise click.UsageError("Missing option '--dispatcher' (host:port).")
+    raise click.UsageError(
+        "Missing option '--dispatcher' (host:port), and ZMQDATA_DISPATCHER is not set."
+    )
 
 
 def fetch(address: str, timeout: float) -> dict[str, Any]:
@@ -56,7 +58,8 @@ def snapshot(address: str, timeout: float, as_json: bool) -> str:
     "address",
     default=None,
     metavar="HOST:PORT",
-    help="Dispatcher address, host:port.",
+    envvar="ZMQDATA_DISPATCHER",
+    help="Dispatcher address, host:port [default: $ZMQDATA_DISPATCHER].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print get_status() as JSON.")
 @click.option(

@@ -31,13 +31,15 @@ from zmqdata_cli._common import (
     start_server,
     stop_on_signals,
 )
-from zmqdata_cli.daemons import build_dispatcher
+from zmqdata_cli.daemons import announce_dispatcher, build_dispatcher
+from zmqdata_cli.lifecycle import daemon_options
+from zmqdata_cli.logs import daemon_logging
 
 from zmqdata import service
 from zmqdata._runtime import shm, threads, yaml_config
 from zmqdata._runtime.clock import Backoff
 
-logger = logging.getLogger("zmqdata")
+logger = logging.getLogger("zmqdata.cli")
 
 BACKOFF_START_S, BACKOFF_MAX_S = 0.5, 30.0
 STABLE_AFTER_S = 30.0  # a worker up this long has its backoff and crashes reset
@@ -189,6 +191,8 @@ def worker_env(threads_per_pool: int | None) -> dict[str, str] | None:
     help=f"Stop everything when a worker exits this many times in a row "
     f"within {CRASH_WINDOW_S:g} s.",
 )
+@daemon_options  # type: ignore[untyped-decorator]
+@daemon_logging(tag="dispatcher", propagate=True)  # type: ignore[untyped-decorator]
 def up(config_file: str, insecure: bool, max_crashes: int) -> None:
     """Run a dispatcher and the file's `workers:` worker processes, supervised."""
     deployment = load_deployment(config_file)
@@ -198,7 +202,7 @@ def up(config_file: str, insecure: bool, max_crashes: int) -> None:
             "dispatcher", lambda: build_dispatcher(deployment.dispatcher, insecure)
         )
         target = connectable(dispatcher.target)
-        logger.info("dispatcher started at %s", dispatcher.target)
+        announce_dispatcher(dispatcher)
         slots = [
             _Slot(
                 i,
@@ -250,8 +254,8 @@ def _supervise(
             pids = {slot.alive_pid for slot in slots}
             if None not in pids and pids <= _registered_pids(dispatcher):
                 ready = True
-                click.echo(
-                    f"deployment ready: dispatcher {target}, "
-                    f"{len(slots)} workers registered",
-                    err=True,
+                logger.info(
+                    "deployment ready: dispatcher %s, %d workers registered",
+                    target,
+                    len(slots),
                 )

@@ -56,6 +56,9 @@ def pipeline() -> zd.Dataset:
 
 
 def progress(done: int, total: int, started: float, epoch: int) -> None:
+    """A progress bar redrawn in place, on a terminal only (logs get no ``\\r``)."""
+    if not sys.stderr.isatty():
+        return
     width = 30
     filled = width * done // total
     elapsed = max(time.perf_counter() - started, 1e-9)
@@ -132,7 +135,8 @@ def train(target: str) -> None:
             done += len(labels)
             progress(done, IMAGES, started, epoch)
         elapsed = time.perf_counter() - started
-        sys.stderr.write("\n")
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
         megabytes = done * CROP * CROP * 3 * 4 / 1e6
         print(
             f"epoch {epoch}: {done} images in {elapsed:.2f} s "

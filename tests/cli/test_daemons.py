@@ -203,9 +203,9 @@ def test_up_stops_everything_when_a_worker_keeps_crashing(tmp_path):
         pids = [int(pid) for pid in re.findall(r"started \(pid (\d+)\)", up.stderr)]
         assert len(pids) == 3  # worker 0 once, worker 1 twice
         poll_for(lambda: not any(_alive(pid) for pid in pids), 10)
-    assert up.lines[-1] == (
-        "Error: worker 1 exited 2 times in a row within 120 s (last exit code 1); "
-        "stopping the deployment"
+    assert up.lines[-1].endswith(
+        " ERROR zmqdata.cli [dispatcher]: worker 1 exited 2 times in a row within "
+        "120 s (last exit code 1); stopping the deployment"
     ), up.stderr
     assert "deployment ready" not in up.stderr  # worker 1 never was alive and well
     assert "deployment stopped" in up.stderr

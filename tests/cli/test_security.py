@@ -114,7 +114,9 @@ def test_loopback_hosts_need_no_keys(host):
 
 
 def test_insecure_allows_a_network_host():
-    with zmqdata("dispatcher", "--host", "0.0.0.0", "--insecure") as proc:
+    with zmqdata(
+        "dispatcher", "--host", "0.0.0.0", "--port", "0", "--insecure"
+    ) as proc:
         proc.wait_for_line(READY)
         assert proc.stop(signal.SIGTERM) == 0
 
@@ -133,6 +135,7 @@ def test_a_keyed_dispatcher_binds_a_network_host_and_serves_keyed_status(tmp_pat
     config.write_text(
         "dispatcher:\n"
         "  host: 0.0.0.0\n"
+        "  port: 0\n"
         f"  curve_secret_key_file: {tmp_path / 'server.key_secret'}\n"
         f"  curve_authorized_keys_dir: {authorized}\n"
     )

@@ -123,3 +123,62 @@ def test_compose_and_k8s_files_are_valid_yaml():
         *sorted((ROOT / "configs" / "k8s").glob("*.yaml")),
     ]:
         assert list(yaml.safe_load_all(path.read_text())), path
+
+
+def test_env_overrides_go_over_the_file_and_are_read_as_yaml(tmp_path):
+    deployment = load(write(tmp_path, "dispatcher: {port: 5050, host: 0.0.0.0}\n"))
+    env = {
+        "ZMQDATA_DISPATCHER__PORT": "6000",
+        "ZMQDATA_DISPATCHER__FAULT_TOLERANT_MODE": "true",
+        "ZMQDATA_DISPATCHER__WORK_DIR": "/tmp/zd",
+        "ZMQDATA_WORKER__WORKER_TAGS": "[gpu, fast]",
+        "ZMQDATA_WORKERS": "4",
+        "ZMQDATA_DISPATCHER_TIMEOUT_S": "9",  # not an override: no "__"
+        "HOME": "/root",
+    }
+    merged = yaml_config.with_env(deployment, env)
+    config = yaml_config.dispatcher_config(merged.dispatcher)
+    assert (config.port, config.host, config.fault_tolerant_mode) == (
+        6000,
+        "0.0.0.0",
+        True,
+    )
+    worker = yaml_config.worker_config(merged.worker, dispatcher_address="h:1")
+    assert worker.worker_tags == ("gpu", "fast")
+    assert merged.workers == 4
+    assert "ZMQDATA_DISPATCHER_TIMEOUT_S" not in merged.from_env
+    assert len(merged.from_env) == 5
+    assert yaml_config.with_env(deployment, {}) is deployment
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"ZMQDATA_DISPATCHER__PORT": "abc"},
+            "dispatcher.port: expected int, got 'abc' (from ZMQDATA_DISPATCHER__PORT)",
+        ),
+        (
+            {"ZMQDATA_DISPATCHER__PORT": "70000"},
+            "dispatcher.port: expected a port in 0-65535",
+        ),
+        ({"ZMQDATA_WORKER__HEARTBEAT": "1"}, "worker.heartbeat: unknown key (known: "),
+        ({"ZMQDATA_DISPATCHERS__PORT": "1"}, "dispatchers: unknown section (known: "),
+        (
+            {"ZMQDATA_WORKERS": "two"},
+            "workers: expected int, got 'two' (from ZMQDATA_WORKERS)",
+        ),
+        ({"ZMQDATA_WORKERS": "-1"}, "workers: expected an int >= 0, got -1"),
+        (
+            {"ZMQDATA_DISPATCHER__FAULT_TOLERANT_MODE": "true"},
+            "dispatcher: fault_tolerant_",
+        ),
+    ],
+)
+def test_bad_env_overrides_name_the_key_path_and_the_variable(env, message):
+    with pytest.raises(ConfigError) as caught:
+        yaml_config.with_env(yaml_config.Deployment(), env)
+    text = str(caught.value)
+    assert text.startswith(message), text
+    assert text.endswith(f"(from {next(iter(env))})"), text
+    assert "\n" not in text

@@ -312,7 +312,7 @@ def test_rejected_keys_are_logged_with_the_peer_address(
     _use(monkeypatch, keys.intruder_secret, keys.server_public)
     with pytest.raises(errors.PermissionDeniedError, match="rejected this client"):
         service.get_status(secured.target)
-    logged = poll_for(lambda: warnings_from(caplog, "zmqdata._runtime.auth"))
+    logged = poll_for(lambda: warnings_from(caplog, "zmqdata.dispatcher"))
     intruder = zmq.auth.load_certificate(keys.intruder_secret)[0].decode()
     assert (
         f"from 127.0.0.1: public key {intruder} is not in {keys.authorized}"
@@ -328,7 +328,7 @@ def test_a_worker_with_a_rejected_key_warns_naming_the_dispatcher(
 ) -> None:
     monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.3)
     secured.add_worker(wait=False, **keys.worker_options(keys.intruder_secret))
-    found = poll_for(lambda: warnings_from(caplog, "zmqdata._worker.server"), 5.0)
+    found = poll_for(lambda: warnings_from(caplog, "zmqdata.worker"), 5.0)
     assert f"no answer from the dispatcher at {secured.target}" in found[0]
     assert "rejected this client's public key" in found[0]
 

@@ -148,7 +148,7 @@ def test_a_worker_with_a_client_key_never_registers(
     roles: Cluster, keys: RoleKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     roles.add_worker(wait=False, curve_secret_key_file=keys.secret("alice"))
-    warning = poll_for(lambda: warnings_from(caplog, "zmqdata._worker.server"))
+    warning = poll_for(lambda: warnings_from(caplog, "zmqdata.worker"))
     assert "PERMISSION_DENIED" in warning[0]
     assert "register_worker needs a worker key" in warning[0]
     assert roles.num_registered_workers() == 1
@@ -258,7 +258,7 @@ def test_a_dispatcher_without_worker_keys_dir_warns_that_roles_are_shared(
             "curve_authorized_keys_dir": str(keys.clients),
         },
     )
-    [warning] = warnings_from(caplog, "zmqdata._dispatcher.server")
+    [warning] = warnings_from(caplog, "zmqdata.dispatcher")
     assert "no curve_worker_keys_dir" in warning
     assert str(keys.clients) in warning
 

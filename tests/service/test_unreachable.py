@@ -27,7 +27,7 @@ def test_a_refused_address_is_warned_about_and_named_in_the_error(
         service.get_status(target)
     assert f"no answer from {target}" in str(caught.value)
     assert "connection refused" in str(caught.value)
-    (warning,) = warnings_from(caplog, "zmqdata._client.rpc")
+    (warning,) = warnings_from(caplog, "zmqdata.client")
     assert f"no answer from {target} for " in warning
     assert "connection refused" in warning
 
@@ -64,11 +64,9 @@ def test_a_worker_warns_early_and_periodically_when_refused(
     address = f"tcp://127.0.0.1:{free_port()}"
     config = service.WorkerConfig(address, heartbeat_interval_ms=50)
     with service.WorkerServer(config):
-        found = poll_for(
-            lambda: len(warnings_from(caplog, "zmqdata._worker.server")) >= 2, 5.0
-        )
+        found = poll_for(lambda: len(warnings_from(caplog, "zmqdata.worker")) >= 2, 5.0)
     assert found
-    first = warnings_from(caplog, "zmqdata._worker.server")[0]
+    first = warnings_from(caplog, "zmqdata.worker")[0]
     assert f"no answer from the dispatcher at {address}" in first
     assert "connection refused" in first
 
@@ -82,4 +80,4 @@ def test_a_worker_that_reaches_its_dispatcher_does_not_warn(
     control = c.workers[0]._control
     poll_for(lambda: control._last_reply - started > 0.5)  # 8 warning periods
     assert c.num_registered_workers() == 1
-    assert warnings_from(caplog, "zmqdata._worker.server") == []
+    assert warnings_from(caplog, "zmqdata.worker") == []

@@ -25,7 +25,7 @@ from zmqdata._dataset.node import Node, Op
 from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._runtime.process import LOCAL_WORKERS
 from zmqdata._wire import messages as m
-from zmqdata._wire.address import parse_target
+from zmqdata._wire.address import dispatcher_target
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
@@ -177,7 +177,7 @@ def _read_args(
     if not isinstance(exactly_once, bool):
         raise TypeError(f"exactly_once must be a bool, got {exactly_once!r}")
     mode = _processing_mode(processing_mode)
-    target = parse_target(service)
+    target = dispatcher_target(service)
     job_name = _job_name(job_name)
     consumer_index, num_consumers = _consumers(job_name, consumer_index, num_consumers)
     read = {
@@ -209,9 +209,9 @@ def register_dataset(
     """Registers ``dataset`` with the dispatcher and returns its id.
 
     Registering an equal pipeline again returns the same id; ``dataset_id``
-    asks for a specific id.
+    asks for a specific id. ``service=None``: ``ZMQDATA_DISPATCHER``.
     """
-    target = parse_target(service)
+    target = dispatcher_target(service)
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a zmqdata Dataset, got {dataset!r}")
     compression = _compression(compression)
@@ -250,7 +250,7 @@ def from_dataset_id(
 
     The dispatcher tells the spec (unless ``element_spec`` is given) and
     whether the dataset is infinite; an unknown id raises
-    ``zmqdata.errors.NotFoundError``.
+    ``zmqdata.errors.NotFoundError``. ``service=None``: ``ZMQDATA_DISPATCHER``.
     """
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
@@ -278,7 +278,7 @@ def from_dataset_id(
 
 def distribute(
     processing_mode: Any,
-    service: Any,
+    service: Any = None,
     job_name: str | None = None,
     consumer_index: int | None = None,
     num_consumers: int | None = None,
@@ -295,6 +295,7 @@ def distribute(
     in the consumer. ``exactly_once`` (``distributed_epoch``): every element
     is tracked, so what a lost worker had not delivered is produced again,
     and the read can save and resume its position (docs/modes.md).
+    ``service`` (the dispatcher's address) defaults to ``ZMQDATA_DISPATCHER``.
 
     >>> import zmqdata as zd
     >>> from zmqdata import service
@@ -326,17 +327,21 @@ def distribute(
     return apply
 
 
-def get_status(service: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
+def get_status(
+    service: Any = None, *, timeout_s: float | None = None
+) -> dict[str, Any]:
     """The dispatcher's view: workers, datasets and jobs (``zmqdata status --json``).
 
     Args:
-        service: The dispatcher's address.
+        service: The dispatcher's address [default: ``ZMQDATA_DISPATCHER``].
         timeout_s: How long to keep retrying an unreachable dispatcher; by
             default ``ZMQDATA_DISPATCHER_TIMEOUT_S``.
     """
     if timeout_s is None:
         timeout_s = settings.current().dispatcher_timeout_s
-    reply = rpc.call(parse_target(service), m.GetStatus(), m.GetStatusReply, timeout_s)
+    reply = rpc.call(
+        dispatcher_target(service), m.GetStatus(), m.GetStatusReply, timeout_s
+    )
     return reply.status
 
 

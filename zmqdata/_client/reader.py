@@ -47,7 +47,7 @@ from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
 from zmqdata.errors import PermissionDeniedError, UnavailableError, ZmqDataError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.client")
 
 _QUEUE_POLL_S = 0.1
 

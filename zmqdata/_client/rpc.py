@@ -28,7 +28,7 @@ from zmqdata._runtime.loop import context
 from zmqdata._wire import messages as m
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.client")
 
 R = TypeVar("R", bound=m.Message)
 _request_ids = itertools.count(1)

@@ -66,7 +66,7 @@ from zmqdata._dispatcher import snapshot
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata.errors import FailedPreconditionError, UnavailableError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.dispatcher")
 
 COMPACT_MIN_EVENTS = 10_000
 """Compact once the journal has this many events and more bytes than the

@@ -28,7 +28,7 @@ from zmqdata._dispatcher import model
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.dispatcher")
 
 COLLECTED_CLIENTS_KEPT = 10_000
 """Clients of collected iterations remembered (oldest forgotten first), so one

@@ -25,7 +25,7 @@ from zmqdata.errors import (
     ZmqDataError,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.dispatcher")
 
 MAX_BATCH = 1000
 """Requests handled per wake-up at most (then the loop ticks)."""

@@ -54,7 +54,7 @@ from zmqdata.errors import (
     to_code,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.dispatcher")
 
 Outgoing = tuple[bytes, m.Message]
 Handler = Callable[[bytes, Any, float], list[Outgoing]]

@@ -44,7 +44,7 @@ from zmqdata._runtime.loop import context, retry_bind
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata.errors import PermissionDeniedError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.dispatcher")
 
 HANDSHAKE_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED

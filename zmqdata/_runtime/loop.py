@@ -24,7 +24,6 @@ import zmq
 from zmqdata._runtime import clock, ipc
 from zmqdata.errors import DeadlineExceededError, UnavailableError
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _STOP = b"STOP"
@@ -51,6 +50,8 @@ class PollLoop:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        role = "worker" if "worker" in name else "dispatcher"
+        self.log = logging.getLogger(f"zmqdata.{role}")
         self._stop_endpoint = f"inproc://zmqdata-stop-{next(_ids)}"
         self._loop_sockets: list[zmq.Socket[Any]] = []
         self._listeners: list[tuple[zmq.Socket[Any], str, zmq.Socket[Any]]] = []
@@ -187,7 +188,7 @@ class PollLoop:
             self._run(stop_rx)
         except Exception as error:
             self.failure = error
-            logger.exception("%s crashed", self.name)
+            self.log.exception("%s crashed", self.name)
         finally:
             try:
                 self.teardown()
@@ -217,10 +218,10 @@ class PollLoop:
                 if monitor.poll(UNBIND_TIMEOUT_MS):  # the listener's EVENT_CLOSED
                     monitor.recv_multipart()
                 else:
-                    logger.warning("%s: %s not closed in time", self.name, endpoint)
+                    self.log.warning("%s: %s not closed in time", self.name, endpoint)
                 sock.disable_monitor()
             except zmq.ZMQError as error:
-                logger.warning("%s: cannot unbind %s: %s", self.name, endpoint, error)
+                self.log.warning("%s: cannot unbind %s: %s", self.name, endpoint, error)
             finally:
                 monitor.close(linger=0)
         self._listeners.clear()

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 from zmqdata._version import PROTOCOL_VERSION, __version__
 from zmqdata.errors import UnavailableError
 
-logger = logging.getLogger(__name__)
-
 _ids = itertools.count()
 JOIN_TIMEOUT_S = 10.0
 
@@ -117,14 +115,17 @@ def build_info() -> Metric:
 class _Collector:
     """Adapts a callable to ``prometheus_client``'s collector protocol."""
 
-    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+    def __init__(
+        self, collect: Callable[[], Iterable[Metric]], log: logging.Logger
+    ) -> None:
         self._collect = collect
+        self._log = log
 
     def collect(self) -> Iterable[Metric]:
         try:
             return list(self._collect())
         except Exception:  # a scrape must never take the server down
-            logger.exception("collecting metrics failed")
+            self._log.exception("collecting metrics failed")
             return []
 
 
@@ -157,7 +158,10 @@ class MetricsServer:
                 "pip install prometheus_client"
             ) from None
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(_Collector(lambda: [*collect(), build_info()]))
+        self._log = logging.getLogger(f"zmqdata.{name}")  # a role: dispatcher, worker
+        self._registry.register(
+            _Collector(lambda: [*collect(), build_info()], self._log)
+        )
         ProcessCollector(registry=self._registry)  # process_*: nothing off Linux
         self._server: WSGIServer | None
         try:
@@ -188,6 +192,6 @@ class MetricsServer:
         server.server_close()
         self._thread.join(JOIN_TIMEOUT_S)
         if self._thread.is_alive():
-            logger.warning(
+            self._log.warning(
                 "%s did not stop in %.0f s", self._thread.name, JOIN_TIMEOUT_S
             )

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import threadpoolctl  # type: ignore[import-untyped]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.worker")
 
 Setting = int | str
 """``"auto"``, ``"none"`` or a positive thread count (``WorkerConfig.threads``)."""

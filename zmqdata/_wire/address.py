@@ -12,9 +12,34 @@ ValueError: service address 'grpc://h:1': protocol 'grpc' is not supported (use 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 PROTOCOLS = ("tcp", "ipc")
+DISPATCHER_ENV = "ZMQDATA_DISPATCHER"
+
+
+def dispatcher_target(service: Any) -> str:
+    """``parse_target(service)``, or of ``ZMQDATA_DISPATCHER`` when ``service`` is None.
+
+    >>> os.environ["ZMQDATA_DISPATCHER"] = "dhost:5050"
+    >>> dispatcher_target(None), dispatcher_target("other:1")
+    ('tcp://dhost:5050', 'tcp://other:1')
+    >>> del os.environ["ZMQDATA_DISPATCHER"]
+    >>> dispatcher_target(None)
+    Traceback (most recent call last):
+    ...
+    ValueError: no dispatcher address (service=None): pass service="host:port" or set ZMQDATA_DISPATCHER
+    """
+    if service is not None:
+        return parse_target(service)
+    found = os.environ.get(DISPATCHER_ENV)
+    if not found:
+        raise ValueError(
+            "no dispatcher address (service=None): "
+            f'pass service="host:port" or set {DISPATCHER_ENV}'
+        )
+    return parse_target(found, what=DISPATCHER_ENV)
 
 
 def parse_target(service: Any, *, what: str = "service address") -> str:

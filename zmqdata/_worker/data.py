@@ -34,7 +34,7 @@ from zmqdata._worker.shared import SharedServing
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import ZmqDataError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.worker")
 
 MAX_BATCH = 1000
 _ROUND_END = (

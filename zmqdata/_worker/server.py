@@ -33,7 +33,7 @@ from zmqdata.errors import (
     ZmqDataError,
 )
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.worker")
 
 ZSTD_LEVEL = 1
 WARN_AFTER_S = 5.0

@@ -37,7 +37,7 @@ from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.worker")
 
 INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 1024

@@ -11,7 +11,7 @@ from typing import Any
 from zmqdata._dataset.constants import AUTOTUNE
 from zmqdata._dataset.iterator import DatasetIterator, UnaryIterator
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("zmqdata.worker")
 
 _POLL_S = 0.05
 _JOIN_TIMEOUT_S = 30.0
