@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 from zmqdata_cli._common import stop_on_signals
+from zmqdata_cli.logs import verbose_option
 from zmqdata_cli.status_view import render
 
 from zmqdata import service
@@ -53,6 +54,7 @@ def snapshot(address: str, timeout: float, as_json: bool) -> str:
 
 
 @click.command()
+@verbose_option  # type: ignore[untyped-decorator]
 @click.option(
     "--dispatcher",
     "address",
