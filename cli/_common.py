@@ -81,6 +81,9 @@ def serve(name: str, build: Callable[[], Any], describe: Callable[[Any], str]) -
             server.stop()
             raise click.ClickException(f"{name} failed: {error}") from None
         logger.info("%s stopping", name)
+        drain = getattr(server, "drain", None)
+        if drain is not None:  # a worker leaves without losing data (autoscaling)
+            drain()
         server.stop()
         logger.info("%s stopped", name)
 
