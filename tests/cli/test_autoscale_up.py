@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import zmqdata as zd
-from tests.cli.procs import zmqdata
+from tests.cli.procs import run, zmqdata
 from zmqdata import service
 from zmqdata._runtime import clock
 
@@ -153,3 +153,14 @@ def test_workers_follow_demand_up_and_down_and_every_element_arrives_once(
     assert up.count(r"autoscale: \d+ -> \d+ workers, adding worker") >= 1
     assert up.count(r"autoscale: \d+ -> \d+ workers, draining worker") >= 1
     assert "Traceback" not in up.stderr
+
+
+@pytest.mark.parametrize("value", ["3:1", "0:2", "two", "1:x", "4"])
+def test_a_bad_autoscale_range_fails_naming_the_value(tmp_path: Path, value: str):
+    config = tmp_path / "up.yaml"
+    config.write_text("workers: 1\n")
+    result = run("up", str(config), "--autoscale", value)
+    assert result.returncode == 2
+    assert f"expected MIN:MAX with 1 <= MIN <= MAX (e.g. 1:4), got {value!r}" in (
+        result.stderr
+    )
