@@ -113,6 +113,9 @@ def serve(
             server.stop()
             raise click.ClickException(f"{name} failed: {error}") from None
         role.info("%s stopping", name)
+        drain = getattr(server, "drain", None)
+        if drain is not None:  # a worker leaves without losing data (autoscaling)
+            drain()
         server.stop()
         role.info("%s stopped", name)
 

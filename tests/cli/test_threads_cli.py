@@ -146,7 +146,8 @@ def test_up_passes_its_division_unless_the_file_sets_a_number_or_none(
     command = _worker_command("up.yaml", "tcp://127.0.0.1:1", deployment, 1)
     given = command[command.index("--threads") + 1] if "--threads" in command else None
     assert given == flag
-    environ = worker_env(worker_threads(deployment))
-    assert (environ or {}).get("OMP_NUM_THREADS") == env
-    if environ is not None:
-        assert all(environ[name] == env for name in threads.ENV_VARS)
+    environ = worker_env(worker_threads(deployment), 1)
+    assert environ["ZMQDATA_LOG_TAG"] == "worker-1"
+    inherited = {name: os.environ.get(name) for name in threads.ENV_VARS}
+    wanted = inherited if env is None else dict.fromkeys(threads.ENV_VARS, env)
+    assert {name: environ.get(name) for name in threads.ENV_VARS} == wanted

@@ -58,6 +58,7 @@ def strategy(annotation: Any) -> st.SearchStrategy[Any]:
         str: st.text(max_size=12),
         bytes: st.binary(max_size=32),
         bool: st.booleans(),
+        float: st.floats(allow_nan=False),
     }
     return scalar[annotation]
 

@@ -108,6 +108,8 @@ class Counters:
     consumed: int = 0
     consumed_bytes: int = 0
     starved: bool = False
+    waited_s: float = 0.0
+    """Seconds the trainer waited with nothing buffered (written by the trainer)."""
     sizes: deque[int] = field(default_factory=lambda: deque(maxlen=64))
 
     def average_size(self) -> int | None:
@@ -192,6 +194,8 @@ class ReadCore:
         self._finished = False
         self._incarnation: str | None = None
         self._heartbeat_due = 0.0
+        self._waited = (now, 0.0)
+        """When the last heartbeat was sent, and ``counters.waited_s`` then."""
         self._last_dispatcher_reply = now
         self._last_worker_reply = now
         self._request_id = 0
@@ -266,9 +270,18 @@ class ReadCore:
                 current_round=self.plan.current_round(),
                 acked=acked,
                 task_epoch=self._fenced_epoch,
+                starved=self._starved(now),
             )
         )
         self._heartbeat_due = now + self.timeouts.heartbeat_s
+
+    def _starved(self, now: float) -> float:
+        """The fraction of the time since the last heartbeat the trainer waited."""
+        since, waited = self._waited
+        self._waited = (now, self.counters.waited_s)
+        if now <= since:
+            return 0.0
+        return min(1.0, max(0.0, (self.counters.waited_s - waited) / (now - since)))
 
     def apply_state(self, state: m.IterationState) -> None:
         """Follows the dispatcher's task list and end of input."""

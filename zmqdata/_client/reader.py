@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import queue
 import sys
+import time
 import weakref
 from collections import deque
 from typing import Any
@@ -293,15 +294,18 @@ class DistributedIterator(DatasetIterator):
         while not self._local:
             if self._closed:
                 raise StopIteration
+            waiting = time.monotonic()  # demand the workers do not meet (autoscaling)
             try:
                 item = self._queue.get(timeout=_QUEUE_POLL_S)
             except queue.Empty:
+                self._counters.waited_s += time.monotonic() - waiting
                 if not self._fetcher.running:
                     self.close()
                     raise UnavailableError(
                         "the reader thread ended unexpectedly"
                     ) from None
                 continue
+            self._counters.waited_s += time.monotonic() - waiting
             if item is END:
                 self.close()
                 raise StopIteration

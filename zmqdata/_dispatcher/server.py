@@ -252,6 +252,11 @@ def _collect(state: DispatcherState, journal: Journal | None) -> list[Any]:
             "Iteration clients (consumers) reading now.",
             len(records.clients),
         ),
+        metrics.gauge(
+            "zmqdata_dispatcher_recommended_workers",
+            "Workers the autoscaler recommends (demand and supply; docs/deployment.md).",
+            state.autoscaler.advice.recommended_workers,
+        ),
         metrics.counter(
             "zmqdata_dispatcher_requests",
             "Requests handled (from workers and consumers).",

@@ -37,7 +37,15 @@ from typing import Any
 
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
-from zmqdata._dispatcher import checks, model, placement, replies, samples, status
+from zmqdata._dispatcher import (
+    autoscale,
+    checks,
+    model,
+    placement,
+    replies,
+    samples,
+    status,
+)
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
@@ -61,6 +69,8 @@ Handler = Callable[[bytes, Any, float], list[Outgoing]]
 
 ROUND_MARGIN = 1024
 """Coordinated reads: rounds promised ahead of the furthest consumer."""
+AUTOSCALE_EVERY_S = 0.5
+"""How often the autoscaler observes demand and supply (``autoscale.py``)."""
 
 __all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
 
@@ -95,6 +105,13 @@ class DispatcherState:
         self.requests_total = 0
         self.errors_total = 0
         self.splits_total = 0
+        # Autoscaling (``autoscale.py``): liveness data too, resent by every heartbeat.
+        self.autoscaler = autoscale.Autoscaler()
+        self.draining: set[int] = set()
+        """Workers leaving: they get no new task and do not count as supply."""
+        self.starved: dict[int, float] = {}
+        """Each consumer's last reported waiting fraction (demand)."""
+        self._autoscale_due = float("-inf")
         self._handlers: dict[type[m.Message], Handler] = {
             m.RegisterWorker: self._register_worker,
             m.WorkerHeartbeat: self._worker_heartbeat,
@@ -123,22 +140,25 @@ class DispatcherState:
         if isinstance(event, ev.WorkerRemoved):
             worker = self.records.workers.get(event.worker_id)
             self.worker_samples.pop(event.worker_id, None)
+            self.draining.discard(event.worker_id)
             if worker is not None:
                 self._left_seen[("worker", event.worker_id)] = worker.last_seen
         else:
             client = self.records.clients.get(event.client_id)
+            self.starved.pop(event.client_id, None)
             if client is not None:
                 self._left_seen[("client", event.client_id)] = client.last_seen
 
     def status(self, now: float | None = None) -> dict[str, Any]:
         """What ``service.get_status`` and ``zmqdata status`` show (ages at ``now``)."""
-        return status.render(
+        shown = status.render(
             self.records,
             self.worker_samples,
             now=now,
             started=self.started,
             worker_timeout_s=self.config.worker_timeout_ms / 1000,
         )
+        return {**shown, "autoscale": self.autoscaler.advice.as_dict()}
 
     # ------------------------------------------------------------ entry points
 
@@ -250,7 +270,30 @@ class DispatcherState:
         if self._gc_due is None or now >= self._gc_due:
             self._gc_due = now + self.config.job_gc_check_interval_ms / 1000
             self._collect_iterations(now)
+        if now >= self._autoscale_due:
+            self._autoscale_due = now + AUTOSCALE_EVERY_S
+            self.autoscaler.observe(self._signals(now))
         return out
+
+    def _signals(self, now: float) -> autoscale.Signals:
+        """Demand and supply now: what the autoscaler observes."""
+        live = [w for w in self.records.workers if w not in self.draining]
+        fills = [
+            fill
+            for fill in (
+                self.worker_samples[w].stats.get("buffer_fill")
+                for w in live
+                if w in self.worker_samples
+            )
+            if isinstance(fill, int | float) and not isinstance(fill, bool)
+        ]
+        starved = [self.starved.get(c, 0.0) for c in self.records.clients]
+        return autoscale.Signals(
+            now,
+            len(live),
+            max(starved, default=None),
+            _fraction(sum(fills) / len(fills)) if fills else None,
+        )
 
     def _drop_silent(self, now: float, out: list[Outgoing]) -> float:
         """Drops timed-out workers and clients; returns when the next one can time out.
@@ -382,11 +425,18 @@ class DispatcherState:
         worker.last_seen = now  # liveness, not state: no event
         previous = self.worker_samples.get(worker.worker_id)  # metrics, not state
         self.worker_samples[worker.worker_id] = samples.sample(previous, msg.stats, now)
+        if msg.draining and worker.worker_id not in self.draining:
+            logger.info("worker %s is draining", worker.worker_address)
+            self.draining.add(worker.worker_id)
         out: list[Outgoing] = []
         for task_id, finished in msg.tasks:
             task = self.records.tasks.get(task_id)
             if finished and task and task.worker_id == worker.worker_id:
                 out += self._finish(task)
+        if msg.leaving:  # drained: its tasks' keys are handed out again now
+            logger.info("worker %s left", worker.worker_address)
+            out += self._remove_worker(worker.worker_id)
+            return [(peer, m.WorkerHeartbeatReply(request_id=msg.request_id)), *out]
         changes = replies.task_changes(self.records, self.config, worker, msg)
         return [(peer, changes), *out]
 
@@ -546,7 +596,11 @@ class DispatcherState:
         candidates = list(self.records.workers.values())
         if placement.reads_local_processes(job):  # only its consumers' processes
             candidates = self._workers_in(job.consumer_processes)
-        return [worker for worker in candidates if placement.serves(job, worker)]
+        return [
+            worker
+            for worker in candidates
+            if placement.serves(job, worker) and worker.worker_id not in self.draining
+        ]
 
     def _workers_in(self, processes: Iterable[str]) -> list[model.Worker]:
         """The workers in ``processes``, oldest first (an index, not a scan)."""
@@ -620,6 +674,7 @@ class DispatcherState:
         """
         client = self._client(msg.client_id)
         client.last_seen = now  # liveness, not state: no event
+        self.starved[client.client_id] = _fraction(msg.starved)
         iteration = self.records.iterations[client.iteration_id]
         self._ack(iteration, msg.acked)
         if _fences(iteration, client.client_id, msg.task_epoch):
@@ -774,3 +829,8 @@ def _fences(iteration: model.Iteration, client_id: int, epoch: int) -> bool:
         client_id in orphan["waiting"] and orphan["epoch"] <= epoch
         for orphan in iteration.orphans.values()
     )
+
+
+def _fraction(value: float) -> float:
+    """``value`` in [0, 1] (a hostile NaN is 0)."""
+    return min(1.0, max(0.0, value))

@@ -112,6 +112,10 @@ class WorkerHeartbeat(Message):
     worker_id: int
     tasks: list[list[Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False
+    """The worker is leaving: it takes no new task (autoscaling, SIGTERM)."""
+    leaving: bool = False
+    """The worker has drained and stops now: its tasks are lost at once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,6 +280,9 @@ class ClientHeartbeat(Message):
     """Exactly once: ``[task_id, lo, hi, ...]``, the keys of elements received."""
     task_epoch: int = 0
     """Exactly once: the ``IterationState.task_epoch`` this consumer applied."""
+    starved: float = 0.0
+    """Autoscaling: the fraction of the time since the last heartbeat that the
+    trainer waited with nothing buffered (demand the workers did not meet)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

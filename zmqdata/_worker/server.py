@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 import uuid
 from typing import Any, Self
@@ -40,6 +41,10 @@ WARN_AFTER_S = 5.0
 """A dispatcher silent this long (or 3 heartbeats) gets a warning, repeated
 every ``WARN_EVERY_S`` while it stays silent."""
 WARN_EVERY_S = 30.0
+DRAIN_TIMEOUT_S = 8.0
+"""How long ``WorkerServer.drain`` waits for consumers to read the buffers."""
+LEAVE_TIMEOUT_S = 1.0
+"""How long a drained worker waits for the dispatcher to take its leave."""
 
 
 class _ControlLoop(PollLoop):
@@ -70,6 +75,14 @@ class _ControlLoop(PollLoop):
         self._last_reply = time.monotonic()
         self._next_warning = 0.0
         self._handshake_error: str | None = None
+        self.drain_requested = threading.Event()
+        """Set by ``WorkerServer.drain`` (any thread); the loop drains its tasks."""
+        self.leave_now = threading.Event()
+        """Set when draining took too long: the worker leaves with what it holds."""
+        self.left = threading.Event()
+        """Set once the dispatcher has taken this worker's leave."""
+        self._draining = False
+        self._leave_request: int | None = None
         # What the worker registers as (host:port) and where consumers dial
         # it; set by WorkerServer.start() once the data socket is bound.
         self.worker_address = self.data_address = ""
@@ -134,6 +147,10 @@ class _ControlLoop(PollLoop):
             self._next_send = time.monotonic() + self._heartbeat_s
             self._start_tasks(message.tasks)
         elif isinstance(message, m.WorkerHeartbeatReply):
+            if message.request_id == self._leave_request:
+                logger.info("worker %s left the dispatcher", self.worker_address)
+                self.left.set()
+                return
             self._start_tasks(message.new_tasks)
             for task_id in message.tasks_to_delete:
                 self._delete_task(task_id)
@@ -150,10 +167,14 @@ class _ControlLoop(PollLoop):
 
     def on_tick(self, now: float) -> None:
         self._warn_if_silent(now)
+        leaving = self._drain(now)
         if now < self._next_send:
             return
         if self.worker_id is None:
-            self._register()
+            if self._draining:  # never registered, or forgotten: nothing to hand back
+                self.left.set()
+            else:
+                self._register()
             return
         self._request_id += 1
         runners = self._runners.snapshot()
@@ -164,9 +185,34 @@ class _ControlLoop(PollLoop):
                 worker_id=self.worker_id,
                 tasks=tasks,
                 stats=worker_stats(self._data, self._runners, runners),
+                draining=self._draining,
+                leaving=leaving,
             )
         )
+        if leaving:
+            self._leave_request = self._request_id
         self._next_send = now + self._heartbeat_s
+
+    def _drain(self, now: float) -> bool:
+        """Drains once asked to; True when a heartbeat should say it leaves now.
+
+        Draining: the tasks stop producing (``TaskRunner.drain``) and the
+        dispatcher, told at once, gives this worker no new task. Once every
+        task is settled (its buffer read) the worker leaves.
+        """
+        if not self.drain_requested.is_set():
+            return False
+        if not self._draining:
+            self._draining = True
+            logger.info("worker %s draining", self.worker_address)
+            for runner in self._runners.snapshot():
+                runner.drain()
+            self._next_send = now  # tell the dispatcher now
+        settled = all(r.settled for r in self._runners.snapshot())
+        if (settled or self.leave_now.is_set()) and self._leave_request is None:
+            self._next_send = now
+            return True
+        return False
 
     def _check_handshake(self) -> None:
         try:
@@ -191,6 +237,8 @@ class _ControlLoop(PollLoop):
         )
 
     def _start_tasks(self, tasks: list[dict[str, Any]]) -> None:
+        if self._draining:
+            return  # a leaving worker starts nothing
         for wire in tasks:
             try:
                 task = TaskDef.from_wire(wire)
@@ -237,7 +285,9 @@ def worker_stats(
         snapshot = runners.snapshot()
     tasks = [runner.stats_dict() for runner in snapshot]
     running = sum(not task["finished"] for task in tasks)
+    fills = [task["buffer_fill"] for task in tasks if not task["finished"]]
     return {
+        **({"buffer_fill": sum(fills) / len(fills)} if fills else {}),
         **data.stats.as_dict(),
         "buffered_elements": sum(task["buffered_elements"] for task in tasks),
         "buffered_bytes": sum(task["buffered_bytes"] for task in tasks),
@@ -399,6 +449,34 @@ class WorkerServer:
     def stats(self) -> dict[str, Any]:
         """The counters and buffer fill this worker reports in its heartbeats."""
         return worker_stats(self._data, self._runners)
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> bool:
+        """Leaves the dispatcher without losing data; then ``stop()`` the worker.
+
+        The worker takes no new task, its tasks stop asking for splits and
+        finish those they hold, consumers read what is buffered, then it tells
+        the dispatcher it leaves, which hands the keys its tasks still held
+        (exactly once) to other workers at once instead of after
+        ``worker_timeout_ms``. Returns False if the buffers were not read
+        within ``timeout_s``: the worker then leaves with what it holds
+        (exactly-once reads get those keys from other workers; at-most-once
+        reads lose them). See docs/deployment.md, Autoscaling.
+
+        >>> from zmqdata import service
+        >>> with service.DispatchServer() as dispatcher:
+        ...     with service.WorkerServer(service.WorkerConfig(dispatcher.target)) as w:
+        ...         w.drain(timeout_s=5)
+        True
+        """
+        if self._stopped:
+            return True
+        self._control.drain_requested.set()
+        if self._control.left.wait(timeout_s):
+            return True
+        logger.warning("worker buffers not read in %.0f s: leaving anyway", timeout_s)
+        self._control.leave_now.set()
+        self._control.left.wait(LEAVE_TIMEOUT_S)
+        return False
 
     def stop(self) -> None:
         """Stops tasks and loops and frees the port; idempotent."""

@@ -81,8 +81,10 @@ class RemoteSplitProvider(SplitProvider):
         timeout_s: float,
         keys: auth.ClientKeys | None = None,
         handed: Callable[[int, int], None] | None = None,
+        draining: threading.Event | None = None,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        self._draining = threading.Event() if draining is None else draining
         self._handed = handed
         self._task_id = task_id
         self._keys = keys
@@ -105,7 +107,10 @@ class RemoteSplitProvider(SplitProvider):
         return self._sock
 
     def next_split(self) -> Split | None:
+        """The next split; a draining worker asks for none (``Cancelled``)."""
         if not self._splits:
+            if self._draining.is_set():
+                raise Cancelled
             self._fetch()
         if not self._splits:
             return None
@@ -121,8 +126,8 @@ class RemoteSplitProvider(SplitProvider):
                 return
             if reply.splits:
                 break
-            if self._stop.wait(wait.next_delay()):  # nothing now: ask again
-                raise Cancelled
+            if self._stop.wait(wait.next_delay()) or self._draining.is_set():
+                raise Cancelled  # (else nothing now: ask again)
         self._got_split = True
         for repetition, lo, hi in reply.splits:
             base = key(repetition, 0)
@@ -167,6 +172,8 @@ class RemoteSplitProvider(SplitProvider):
         raise UnavailableError(f"no split from dispatcher {self._dispatcher} in time")
 
     def reset(self) -> None:
+        if self._draining.is_set():
+            raise Cancelled
         if self._got_split or self._behind:
             self._empty.reset()
         elif self._stop.wait(self._empty.next_delay()):
@@ -218,6 +225,9 @@ class TaskRunner:
         self._timeout_s = dispatcher_timeout_s
         self._wake = wake
         self._stop = threading.Event()
+        self._draining = threading.Event()
+        self.left = False
+        """Drained (``drain``): the producer stopped without an end of sequence."""
         self._thread = threading.Thread(
             target=self._produce, name=f"zmqdata-task-{self.task_id}", daemon=True
         )
@@ -234,6 +244,24 @@ class TaskRunner:
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
         self.share.discard(self.buffer)
+
+    def drain(self) -> None:
+        """Stops producing without ending the task (its worker is leaving).
+
+        A DYNAMIC task asks for no more splits and finishes those it holds;
+        others stop after the element in progress. Consumers still read what
+        is buffered; no end of sequence is told, so the task is not finished:
+        the dispatcher hands its unacknowledged keys out again once the
+        worker leaves (exactly once).
+        """
+        self._draining.set()
+
+    @property
+    def settled(self) -> bool:
+        """Whether a leaving worker can go: nothing more to produce or to read."""
+        if not (self.left or self.ended):
+            return False
+        return self.cache is not None or self.buffer.buffered()[0] == 0
 
     @property
     def num_consumers(self) -> int | None:
@@ -264,6 +292,7 @@ class TaskRunner:
             "buffered_bytes": nbytes,
             "buffer_capacity_elements": BUFFER_ITEMS,  # the fill `zmqdata status` shows
             "buffer_capacity_bytes": BUFFER_BYTES,
+            "buffer_fill": min(1.0, max(items / BUFFER_ITEMS, nbytes / BUFFER_BYTES)),
             "finished": self.ended,
             **self.compression.stats(),
         }
@@ -275,6 +304,7 @@ class TaskRunner:
     def _produce(self) -> None:
         provider: RemoteSplitProvider | None = None
         error: tuple[str, str] | None = None
+        left = False
         try:
             task = self._task
             root = graph.deserialize(task.pipeline)
@@ -289,6 +319,7 @@ class TaskRunner:
                     self._timeout_s,
                     self._keys,
                     self.buffer.handed if self.tracked else None,
+                    self._draining,
                 )
                 ctx = IterContext(
                     split_source=find_split_source(root),
@@ -305,10 +336,13 @@ class TaskRunner:
                 for element in iterator:
                     if self._stop.is_set():
                         return
+                    if self._draining.is_set() and provider is None:
+                        raise Cancelled  # no splits to finish: stop here
                     self._put(element, iterator.lineage if tracked else EMPTY)
             finally:
                 iterator.close()
         except Cancelled:
+            left = not self._stop.is_set()  # drained: no end, nothing dropped
             return
         except ZmqDataError as failure:
             error = to_code(failure)
@@ -318,7 +352,10 @@ class TaskRunner:
         finally:
             if provider is not None:
                 provider.close()
-            self._sink.finish(error)
+            if left:
+                self.left = True
+            else:
+                self._sink.finish(error)
             self._wake(self.task_id)
 
     def _put(self, element: Any, lineage: Lineage) -> None:
