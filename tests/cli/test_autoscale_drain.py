@@ -77,9 +77,9 @@ def test_distributed_epoch_gets_every_element_once_when_a_worker_drains():
     assert sorted(seen) == list(range(N))
 
 
-def test_parallel_epochs_loses_no_element_the_drained_worker_produced():
-    # Each worker makes a whole copy; the drained one stops early, and what it
-    # produced before reached the reader. The other copy is complete.
+def test_parallel_epochs_keeps_the_other_copy_whole_when_a_worker_drains():
+    # Each worker makes a whole copy; the drained one leaves at once, its copy
+    # ended early. The other copy is complete.
     seen, stderr, code = _read_draining_one("parallel_epochs")
     assert code == 0
     assert "left the dispatcher" in stderr

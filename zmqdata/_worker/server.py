@@ -202,6 +202,9 @@ class _ControlLoop(PollLoop):
         """
         if not self.drain_requested.is_set():
             return False
+        if now - self._last_reply > max(1.0, 3 * self._heartbeat_s):
+            self.left.set()  # no dispatcher to tell: nothing to hand back
+            return False
         if not self._draining:
             self._draining = True
             logger.info("worker %s draining", self.worker_address)

@@ -258,10 +258,18 @@ class TaskRunner:
 
     @property
     def settled(self) -> bool:
-        """Whether a leaving worker can go: nothing more to produce or to read."""
+        """Whether a leaving worker can go without losing what this task holds.
+
+        Only an at-most-once DYNAMIC task loses elements that no one else
+        makes: it waits until its producer stopped and its buffer was read.
+        An exactly-once task's undelivered keys go to other workers, and in
+        the other modes each worker makes its own copy or shard anyway.
+        """
+        if self.tracked or self._task.processing_mode != ShardingPolicy.DYNAMIC:
+            return True
         if not (self.left or self.ended):
             return False
-        return self.cache is not None or self.buffer.buffered()[0] == 0
+        return self.buffer.buffered()[0] == 0
 
     @property
     def num_consumers(self) -> int | None:
