@@ -53,9 +53,12 @@ def test_status_shows_a_reading_job_and_a_fresh_heartbeat():
             )
             with iter(ds) as reading:
                 next(reading)  # the job reads while status runs
-                [row] = poll_for(lambda: worker_rows(target), timeout=20)
+                # A fresh heartbeat shows (a loaded machine may delay one beat).
+                [row] = poll_for(
+                    lambda: [r for r in worker_rows(target) if age(r[-1]) < 1.0],
+                    timeout=20,
+                )
                 shown = run("status", "--dispatcher", target).stdout
-            assert age(row[-1]) < 1.0
             assert "LATE" not in row[-1]
             assert row[5].endswith("/s")  # DATA/S, in units
             assert re.fullmatch(r"\d+% \(\d+/\d+ el, [\d.]+ [KMG]?i?B\)", row[6])
