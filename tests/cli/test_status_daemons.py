@@ -42,6 +42,10 @@ def age(cell: str) -> float:
     return float(match.group(1))
 
 
+BUFFER = r"\d+% \(\d+/\d+ el, [\d.]+ [KMG]?i?B\)"
+"""A buffer cell: fill in percent, then elements and bytes in units."""
+
+
 def test_status_shows_a_reading_job_and_a_fresh_heartbeat():
     with zmqdata("dispatcher", "--port", "0") as dispatcher:
         target = address_of(dispatcher)
@@ -53,15 +57,20 @@ def test_status_shows_a_reading_job_and_a_fresh_heartbeat():
             )
             with iter(ds) as reading:
                 next(reading)  # the job reads while status runs
-                # A fresh heartbeat shows (a loaded machine may delay one beat).
+                # A fresh heartbeat that reports the task's buffer shows (the
+                # first beats may come before the task; a loaded machine may
+                # delay one).
                 [row] = poll_for(
-                    lambda: [r for r in worker_rows(target) if age(r[-1]) < 1.0],
+                    lambda: [
+                        r
+                        for r in worker_rows(target)
+                        if age(r[-1]) < 1.0 and re.fullmatch(BUFFER, r[6])
+                    ],
                     timeout=20,
                 )
                 shown = run("status", "--dispatcher", target).stdout
             assert "LATE" not in row[-1]
             assert row[5].endswith("/s")  # DATA/S, in units
-            assert re.fullmatch(r"\d+% \(\d+/\d+ el, [\d.]+ [KMG]?i?B\)", row[6])
             assert "1 worker, 1 dataset, 1 job (1 reading)" in shown.splitlines()[0]
             assert re.search(r"train\s+distributed_epoch\s+-\s+1\s+\d+% \(", shown)
             assert worker.stop() == 0
