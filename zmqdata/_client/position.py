@@ -11,8 +11,7 @@ and none that was consumed does.
 
 >>> position = Position()
 >>> position.took([0, 4], [4, 1])  # a reply of 4 elements covering keys 0..3
->>> position.handed_out(remaining=1)
->>> position.consumed()
+>>> position.consumed(unconsumed=1)  # one of them not handed out yet
 [0, 3]
 """
 
@@ -39,24 +38,20 @@ class Position:
         self._taken.add_all(consumed)
         self._keys: Sequence[int] = []
         self._widths: Sequence[int] = []
-        self._remaining = 0
 
     def took(self, keys: Sequence[int], widths: Sequence[int]) -> None:
         """A batch was taken from the queue; its elements are handed out next."""
         self._taken.add_all(keys)
         self._keys, self._widths = keys, widths
 
-    def handed_out(self, remaining: int) -> None:
-        """Elements of the current batch not handed out yet."""
-        self._remaining = remaining
+    def consumed(self, unconsumed: int) -> list[int]:
+        """The keys consumed (flat ranges).
 
-    def consumed(self) -> list[int]:
-        """The keys consumed so far (flat ranges)."""
+        ``unconsumed``: elements of the current batch not handed out yet.
+        """
         consumed = Ranges(self._taken)
-        if self._remaining:
-            consumed.remove_all(
-                Coverage.tail(self._keys, self._widths, self._remaining)
-            )
+        if unconsumed:
+            consumed.remove_all(Coverage.tail(self._keys, self._widths, unconsumed))
         return list(consumed)
 
 
@@ -85,14 +80,10 @@ def check_resumable(options: ReadOptions) -> None:
         )
 
 
-def state_of(options: ReadOptions, position: Position) -> dict[str, Any]:
-    """The saved state of a read (``DatasetIterator.get_state``)."""
+def state_of(options: ReadOptions, consumed: list[int]) -> dict[str, Any]:
+    """The saved state of a read that consumed ``consumed`` (``get_state``)."""
     check_resumable(options)
-    return {
-        "format": FORMAT,
-        "dataset_id": options.dataset_id,
-        "consumed": position.consumed(),
-    }
+    return {"format": FORMAT, "dataset_id": options.dataset_id, "consumed": consumed}
 
 
 def consumed_in(options: ReadOptions, state: Any) -> list[int]:

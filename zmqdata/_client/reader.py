@@ -333,8 +333,7 @@ class DistributedIterator(DatasetIterator):
         Raises ``FailedPreconditionError`` for a read whose position cannot be
         resumed (``parallel_epochs``, a shared job, coordinated reads).
         """
-        self._position.handed_out(len(self._local))
-        return state_of(self._options, self._position)
+        return state_of(self._options, self._position.consumed(len(self._local)))
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a saved position: a new job hands out the keys not consumed.
