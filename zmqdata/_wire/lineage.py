@@ -169,8 +169,8 @@ class Coverage:
     """The lineage of a data reply, element by element, built as elements are added.
 
     ``keys`` holds the elements' lineages joined (then, at the end of a task,
-    the keys it dropped: ``end``); ``widths`` says how many keys each element
-    covers, run-length encoded ``[count, width, ...]``.
+    the keys it dropped: ``extend``); ``widths`` says how many keys each
+    element covers, run-length encoded ``[count, width, ...]``.
 
     >>> reply = Coverage(); reply.add((0, 1)); reply.add((1, 2)); reply.add((2, 5))
     >>> reply.keys, reply.widths
@@ -187,44 +187,33 @@ class Coverage:
 
     def add(self, lineage: Lineage) -> None:
         """Appends one element covering ``lineage``."""
-        keys, widths = self.keys, self.widths
-        if len(lineage) == 2:  # the usual case, inlined: one range
-            lo, hi = lineage
-            width = hi - lo
-            if keys and keys[-1] == lo:
-                keys[-1] = hi
-            else:
-                keys += lineage
-        else:
-            width = size(lineage)
-            self.extend(lineage)
-        if widths and widths[-1] == width:
-            widths[-2] += 1
-        else:
-            widths += (1, width)
+        self.extend(lineage)
+        self._count(1, size(lineage))
 
     def add_run(self, count: int, lo: int, hi: int, width: int) -> None:
         """Appends ``count`` elements of ``width`` keys each, covering ``[lo, hi)``."""
-        keys, widths = self.keys, self.widths
-        if hi > lo:
-            if keys and keys[-1] == lo:
-                keys[-1] = hi
-            else:
-                keys += (lo, hi)
-        if widths and widths[-1] == width:
-            widths[-2] += count
-        else:
-            widths += (count, width)
+        self.extend((lo, hi))
+        self._count(count, width)
 
     def extend(self, lineage: Sequence[int]) -> None:
         """Appends keys no element covers (what a finished task dropped)."""
         keys = self.keys
         for i in range(0, len(lineage), 2):
             lo, hi = lineage[i], lineage[i + 1]
+            if lo >= hi:
+                continue
             if keys and keys[-1] == lo:
                 keys[-1] = hi
             else:
                 keys.extend((lo, hi))
+
+    def _count(self, count: int, width: int) -> None:
+        """``count`` more elements of ``width`` keys each, in ``widths``."""
+        widths = self.widths
+        if widths and widths[-1] == width:
+            widths[-2] += count
+        else:
+            widths += (count, width)
 
     @staticmethod
     def tail(keys: Sequence[int], widths: Sequence[int], elements: int) -> list[int]:

@@ -93,17 +93,19 @@ class TaskBuffer:
         self, max_items: int, coverage: Coverage | None
     ) -> list[Raw | Encoded]:
         """``take``, adding what the items stand for to ``coverage`` (if tracked)."""
+        keys = self._keys if coverage is not None else None
         with self._cond:
             taken: list[Raw | Encoded] = []
-            lineages: list[Lineage] = []
+            lineages: list[Lineage] = []  # only what a tracked reply covers
             while self._items and len(taken) < max_items:
                 item, nbytes, lineage = self._items.popleft()
                 self._bytes -= nbytes
                 taken.append(item)
-                lineages.append(lineage)
+                if keys is not None:
+                    lineages.append(lineage)
             if taken:
-                if self._keys is not None and coverage is not None:
-                    self._keys.cover(lineages, coverage)
+                if keys is not None and coverage is not None:
+                    keys.cover(lineages, coverage)
                 self._cond.notify_all()
             return taken
 
