@@ -150,6 +150,14 @@ class Iteration:
     done: Ranges = field(default_factory=Ranges)
     """Exactly once, resumed reads: keys consumed before; never handed out."""
 
+    def unacked(self, task_id: int) -> Ranges | None:
+        """The unacknowledged keys of task ``task_id``, live or lost (None: neither)."""
+        task = self.tasks.get(task_id)
+        if task is not None:
+            return task.unacked
+        orphan = self.orphans.get(task_id)
+        return None if orphan is None else orphan["keys"]
+
 
 @dataclass
 class Client:

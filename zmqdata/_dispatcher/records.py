@@ -256,16 +256,13 @@ class ClusterRecords:
     def _ranges_acked(self, e: ev.RangesAcked) -> None:
         """Acknowledged keys are no task's to deliver any more, lost or not."""
         iteration = self.iterations[e.iteration_id]
-        task = iteration.tasks.get(e.task_id)
-        if task is not None:
-            task.unacked.remove_all(e.keys)
+        held = iteration.unacked(e.task_id)
+        if held is None:
             return
-        orphan = iteration.orphans.get(e.task_id)
-        if orphan is not None:
-            orphan["keys"].remove_all(e.keys)
-            if not orphan["keys"]:
-                del iteration.orphans[e.task_id]
-                self._check_finished(iteration)
+        held.remove_all(e.keys)
+        if not held and e.task_id in iteration.orphans:  # a lost task's, all delivered
+            del iteration.orphans[e.task_id]
+            self._check_finished(iteration)
 
     def _client_fenced(self, e: ev.ClientFenced) -> None:
         self._unwait(self.iterations[e.iteration_id], e.client_id, e.epoch)

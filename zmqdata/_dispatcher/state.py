@@ -701,7 +701,7 @@ class DispatcherState:
         if not acked or not self.records.tracked(iteration):
             return
         for task_id, *keys in acked:
-            held = _held(iteration, task_id)
+            held = iteration.unacked(task_id)
             if held is not None and _overlaps(held, keys):
                 self.apply(ev.RangesAcked(iteration.iteration_id, task_id, tuple(keys)))
 
@@ -804,15 +804,6 @@ class DispatcherState:
     def _get_status(self, peer: bytes, msg: m.GetStatus, now: float) -> list[Outgoing]:
         reply = m.GetStatusReply(request_id=msg.request_id, status=self.status(now))
         return [(peer, reply)]
-
-
-def _held(iteration: model.Iteration, task_id: int) -> Ranges | None:
-    """The unacknowledged keys of a task of ``iteration``, live or lost."""
-    task = iteration.tasks.get(task_id)
-    if task is not None:
-        return task.unacked
-    orphan = iteration.orphans.get(task_id)
-    return None if orphan is None else orphan["keys"]
 
 
 def _overlaps(held: Ranges, keys: Sequence[int]) -> bool:
