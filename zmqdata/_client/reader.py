@@ -298,14 +298,15 @@ class DistributedIterator(DatasetIterator):
             try:
                 item = self._queue.get(timeout=_QUEUE_POLL_S)
             except queue.Empty:
-                self._counters.waited_s += time.monotonic() - waiting
+                item = None
+            self._counters.waited_s += time.monotonic() - waiting
+            if item is None:
                 if not self._fetcher.running:
                     self.close()
                     raise UnavailableError(
                         "the reader thread ended unexpectedly"
                     ) from None
                 continue
-            self._counters.waited_s += time.monotonic() - waiting
             if item is END:
                 self.close()
                 raise StopIteration
