@@ -110,16 +110,13 @@ def reachable(target: str) -> str:
     >>> reachable("tcp://127.0.0.1:5050"), reachable("ipc:///run/d.sock")
     ('127.0.0.1:5050', 'ipc:///run/d.sock')
     """
-    protocol, _, address = target.partition("://")
-    if protocol != "tcp":
+    if not target.startswith("tcp://"):
         return target
-    host, _, port = address.rpartition(":")
-    if hostaddr.is_wildcard(host):
-        try:
-            host = hostaddr.route_address(_OUTSIDE)
-        except UnavailableError:
-            host = socket.gethostname()
-    return f"{host}:{port}"
+    try:  # a worker advertises its address the same way
+        address, _ = hostaddr.advertise(target, _OUTSIDE, None)
+    except UnavailableError:  # no route out
+        address = f"{socket.gethostname()}:{target.rpartition(':')[2]}"
+    return address
 
 
 def build_dispatcher(
