@@ -65,7 +65,7 @@ class Splits:
         return int(self._op.num_splits(self.source, self.size))
 
     def at(self, index: int) -> Split:
-        """Split ``index`` (``[lo, hi]``, or a file path)."""
+        """Split ``index``: ``[lo, hi]`` (``list_files``: ``[k, k+1]``, file ``k``)."""
         return self._op.split_at(self.source, self.size, index)
 
     def answer(
