@@ -160,6 +160,7 @@ def test_wire_format_is_a_versioned_map():
         "repetition": 0,
         "task_id": 0,
         "max_splits": 1,
+        "counts": [],
     }
 
 

@@ -45,6 +45,7 @@ def test_a_task_def_is_the_map_workers_always_got() -> None:
         ("num_consumers", None),
         ("cross_trainer_cache", True),
         ("exactly_once", False),
+        ("dealt", False),
     ]
 
 

@@ -25,8 +25,9 @@ from typing import Any
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher import model
+from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
@@ -124,7 +125,26 @@ def _check_acked(request: str, acked: list[Any]) -> None:
             )
 
 
+def _check_deal_position(request: str, position: list[Any]) -> None:
+    """A multi-rank position: empty, or ``[consumer_index, ordinal, index]``."""
+    if position and (len(position) != 3 or not all(_is_int(v) and v >= 0 for v in position)):
+        raise InvalidArgumentError(
+            f"{request}.deal: expected [consumer_index, ordinal, index], got "
+            f"{position!r:.100}"
+        )
+
+
+def _get_split(msg: m.GetSplit, config: DispatcherConfig) -> None:
+    """Split counts: ``[ordinal, count, ...]``, non-negative ints."""
+    counts = msg.counts
+    if len(counts) % 2 or not all(_is_int(v) and v >= 0 for v in counts):
+        raise InvalidArgumentError(
+            f"get_split.counts: expected [ordinal, count, ...], got {counts!r:.100}"
+        )
+
+
 def _client_heartbeat(msg: m.ClientHeartbeat, config: DispatcherConfig) -> None:
+    _check_deal_position(msg.TYPE, msg.deal)
     _check_acked(msg.TYPE, msg.acked)
 
 
@@ -132,6 +152,7 @@ def _release_iteration_client(
     msg: m.ReleaseIterationClient, config: DispatcherConfig
 ) -> None:
     _check_acked(msg.TYPE, msg.acked)
+    _check_deal_position(msg.TYPE, msg.deal)
 
 
 def _get_or_create_iteration(
@@ -162,6 +183,7 @@ REQUEST_CHECKS: dict[type[m.Message], Callable[[Any, DispatcherConfig], None]] =
     m.ClientHeartbeat: _client_heartbeat,
     m.ReleaseIterationClient: _release_iteration_client,
     m.GetOrCreateIteration: _get_or_create_iteration,
+    m.GetSplit: _get_split,
 }
 """The requests whose shape is checked beyond their field types, and how."""
 
@@ -181,7 +203,15 @@ def check_job(
 ) -> None:
     """Whether ``dataset`` and this dispatcher can run the job ``msg`` asks for."""
     _check_mode(msg, dataset, config)
-    if msg.num_consumers is not None:
+    dynamic = msg.processing_mode == ShardingPolicy.DYNAMIC
+    if msg.seed is not None and (not dynamic or msg.seed < 0):
+        raise InvalidArgumentError(
+            f"seed={msg.seed!r} orders a distributed_epoch read's splits: it needs "
+            "processing_mode distributed_epoch and an int >= 0"
+        )
+    if dealing.is_dealt(msg.processing_mode, msg.num_consumers, dataset.cardinality):
+        dealing.check_pipeline(graph.deserialize(dataset.pipeline, load_functions=False))
+    elif msg.num_consumers is not None:
         _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
     if msg.cross_trainer_cache:
         _check_cross_trainer_cache(msg, dataset)
@@ -257,6 +287,35 @@ def check_resume(job: model.Job, created: bool) -> None:
             f"job {job.job_id} is already being read: a read resumes into a new "
             "iteration"
         )
+
+
+def deal_resume(
+    job: model.Job, msg: m.GetOrCreateIteration, iteration: model.Iteration | None
+) -> deal.Resume | None:
+    """A restored multi-rank read's start, checked against the job and iteration.
+
+    Every consumer of the new job restores the same merged position; one that
+    finds the iteration started from another position (or none) is refused.
+    """
+    if msg.resume_deal is None:
+        return None
+    if not job.dealt:
+        raise InvalidArgumentError(
+            f"job {job.job_id} is not a multi-rank read (distributed_epoch with "
+            "num_consumers over a finite dataset): it cannot restore a merged position"
+        )
+    resume = deal.Resume.from_wire(msg.resume_deal)
+    if iteration is not None and (
+        iteration.deal_stream != resume.stream.to_wire()
+        or iteration.deal_start != resume.start_ordinal
+        or iteration.deal_epoch != resume.epoch
+    ):
+        raise FailedPreconditionError(
+            f"iteration {iteration.iteration_id} of job {job.name!r} already started "
+            "from another position: every consumer must restore the same "
+            "merged position into a fresh job_name"
+        )
+    return resume
 
 
 def check_same_job(existing: model.Job, wanted: ev.JobCreated) -> None:

@@ -56,6 +56,10 @@ class JobCreated:
     """The creating consumer's process (``target_workers="LOCAL"`` jobs)."""
     exactly_once: bool = False
     """DYNAMIC jobs: track every element (``model.Job.exactly_once``)."""
+    seed: int | None = None
+    """DYNAMIC jobs: the split order's seed (``model.Job.seed``)."""
+    dealt: bool = False
+    """Multi-rank reads (``model.Job.dealt``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,57 @@ class IterationResumed:
 
 
 @dataclass(frozen=True, slots=True)
+class DealResumed:
+    """Multi-rank reads: a restored iteration starts at ``start_ordinal`` of ``epoch``.
+
+    ``stream`` is ``deal.Stream.to_wire()``: the tokens no consumer had consumed.
+    """
+
+    iteration_id: int
+    epoch: int
+    start_ordinal: int
+    stream: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitHandedAgain:
+    """Multi-rank reads: a lost task's split ``ordinal`` went to task ``task_id``.
+
+    Its first ``skip`` elements every consumer had; request ``request_id``.
+    """
+
+    iteration_id: int
+    task_id: int
+    request_id: int
+    ordinal: int
+    skip: int
+
+
+@dataclass(frozen=True, slots=True)
+class SplitsCounted:
+    """Multi-rank reads: splits ended, ``counts`` = ``(ordinal, count, ...)``."""
+
+    iteration_id: int
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitsReleased:
+    """Multi-rank reads: every consumer is past the splits below ``below``."""
+
+    iteration_id: int
+    below: int
+
+
+@dataclass(frozen=True, slots=True)
+class DealConsumerDone:
+    """Multi-rank reads: consumer ``consumer_index`` received all its elements."""
+
+    iteration_id: int
+    consumer_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClientAcquired:
     client_id: int
     iteration_id: int
@@ -199,6 +254,11 @@ Event = (
     | RangesAcked
     | ClientFenced
     | IterationResumed
+    | DealResumed
+    | SplitHandedAgain
+    | SplitsCounted
+    | SplitsReleased
+    | DealConsumerDone
     | ClientAcquired
     | ClientReleased
     | IterationCollected

@@ -44,6 +44,8 @@ class Dataset:
     """The splittable source (functions not loaded), or None if unsplittable."""
     cardinality: int
     """The pipeline's cardinality (``-1`` infinite, ``-2`` unknown)."""
+    whole_batch: int | None = None
+    """Multi-rank reads: splits are cut to a multiple of this (whole batches)."""
 
 
 @dataclass
@@ -61,6 +63,13 @@ class Job:
     """``target_workers="LOCAL"``: the processes its consumers read from."""
     exactly_once: bool = False
     """DYNAMIC: every source element is tracked until a consumer acknowledges it."""
+    seed: int | None = None
+    """DYNAMIC: each epoch's splits go out in an order drawn from (seed, epoch)."""
+    dealt: bool = False
+    """Multi-rank reads: consumers are dealt the elements in turn (``dealing.py``)."""
+    epoch_base: int = 0
+    """Multi-rank reads: iteration ``k`` is epoch ``epoch_base + k`` (a restored
+    read continues the saved epoch)."""
 
 
 JOB_PARAMETERS = (
@@ -69,6 +78,7 @@ JOB_PARAMETERS = (
     "target_workers",
     "cross_trainer_cache",
     "exactly_once",
+    "seed",
 )
 """What every consumer of a named job must agree on."""
 
@@ -149,6 +159,22 @@ class Iteration:
     """Exactly once: how many tasks with unacknowledged keys it lost."""
     done: Ranges = field(default_factory=Ranges)
     """Exactly once, resumed reads: keys consumed before; never handed out."""
+    deal_epoch: int = 0
+    """Multi-rank reads: the epoch whose split order this iteration follows."""
+    deal_start: int = 0
+    """Multi-rank reads: the first split ordinal (a restored read's anchor)."""
+    deal_stream: list[int] = field(default_factory=lambda: [0])
+    """Multi-rank reads: the tokens dealt (``deal.Stream.to_wire``)."""
+    owners: dict[int, int] = field(default_factory=dict)
+    """Multi-rank reads: split ordinal -> the task holding it (unreleased ones)."""
+    lost_splits: list[int] = field(default_factory=list)
+    """Multi-rank reads: ordinals of lost tasks, to hand out again (sorted)."""
+    released: int = 0
+    """Multi-rank reads: every consumer is past the splits below this ordinal."""
+    split_counts: dict[int, int] = field(default_factory=dict)
+    """Multi-rank reads: split ordinal -> how many elements it makes."""
+    done_consumers: list[int] = field(default_factory=list)
+    """Multi-rank reads: consumer indices that received all their elements."""
 
     def unacked(self, task_id: int) -> Ranges | None:
         """The unacknowledged keys of task ``task_id``, live or lost (None: neither)."""

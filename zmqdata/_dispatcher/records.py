@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from zmqdata._dataset import fold, graph
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher import model
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
@@ -42,15 +42,20 @@ def derived(pipeline: bytes) -> dict[str, Any]:
     """What the dispatcher reads off a serialized pipeline, decoded once.
 
     ``split_source``: its splittable source (or None); ``cardinality``: its
-    cardinality. Functions are not loaded. Derived on registration and replay,
-    never journaled.
+    cardinality; ``whole_batch``: the batch size multi-rank splits are cut to
+    (``dealing.whole_batch``). Functions are not loaded. Derived on
+    registration and replay, never journaled.
     """
     root = graph.deserialize(pipeline, load_functions=False)
     try:
         source: Node | None = find_split_source(root)
     except InvalidArgumentError:
         source = None
-    return {"split_source": source, "cardinality": fold.cardinality(root)}
+    return {
+        "split_source": source,
+        "cardinality": fold.cardinality(root),
+        "whole_batch": dealing.whole_batch(root),
+    }
 
 
 class ClusterRecords:
@@ -92,6 +97,11 @@ class ClusterRecords:
             ev.RangesAcked: self._ranges_acked,
             ev.ClientFenced: self._client_fenced,
             ev.IterationResumed: self._iteration_resumed,
+            ev.DealResumed: self._deal_resumed,
+            ev.SplitHandedAgain: self._split_handed_again,
+            ev.SplitsCounted: self._splits_counted,
+            ev.SplitsReleased: self._splits_released,
+            ev.DealConsumerDone: self._deal_consumer_done,
             ev.ClientAcquired: self._client_acquired,
             ev.ClientReleased: self._client_released,
             ev.IterationCollected: self._iteration_collected,
@@ -176,6 +186,7 @@ class ClusterRecords:
             iteration = self.iterations[task.iteration_id]
             del iteration.tasks[task.task_id]
             self._orphan(iteration, task)
+            self._lose_splits(iteration, task.task_id)
             if iteration.schedule:  # coordinated: drop it from the horizon on
                 start, task_ids = iteration.schedule[-1]
                 remaining = [t for t in task_ids if t != task.task_id]
@@ -207,6 +218,8 @@ class ClusterRecords:
             e.cross_trainer_cache,
             consumer_processes=[e.local_process] if e.local_process else [],
             exactly_once=e.exactly_once,
+            seed=e.seed,
+            dealt=e.dealt,
         )
         if e.name is not None:
             self.named_jobs[(e.dataset_id, e.name)] = e.job_id
@@ -222,10 +235,12 @@ class ClusterRecords:
                 del self.created_by[next(iter(self.created_by))]
 
     def _iteration_created(self, e: ev.IterationCreated) -> None:
+        job = self.jobs[e.job_id]
         self.iterations[e.iteration_id] = model.Iteration(
             e.iteration_id, e.job_id, e.repetition
         )
-        self.jobs[e.job_id].iterations[e.repetition] = e.iteration_id
+        self.iterations[e.iteration_id].deal_epoch = job.epoch_base + e.repetition
+        job.iterations[e.repetition] = e.iteration_id
 
     def _task_created(self, e: ev.TaskCreated) -> None:
         self.add_task(model.Task(e.task_id, e.iteration_id, e.worker_id))
@@ -244,6 +259,9 @@ class ClusterRecords:
             task.last_split = [e.request_id, e.repetition, e.index, e.count]
             task.last_keys = []
             task.unacked.add_all(e.keys)
+        if self.jobs[iteration.job_id].dealt:
+            for ordinal in range(e.index, e.index + e.count):
+                iteration.owners[ordinal] = e.task_id
 
     def _ranges_handed(self, e: ev.RangesHanded) -> None:
         iteration = self.iterations[e.iteration_id]
@@ -269,6 +287,47 @@ class ClusterRecords:
 
     def _iteration_resumed(self, e: ev.IterationResumed) -> None:
         self.iterations[e.iteration_id].done.add_all(e.keys)
+
+    def _deal_resumed(self, e: ev.DealResumed) -> None:
+        iteration = self.iterations[e.iteration_id]
+        iteration.deal_epoch = e.epoch
+        iteration.deal_start = iteration.released = e.start_ordinal
+        iteration.deal_stream = list(e.stream)
+        self.jobs[iteration.job_id].epoch_base = e.epoch - iteration.repetition
+
+    def _split_handed_again(self, e: ev.SplitHandedAgain) -> None:
+        iteration = self.iterations[e.iteration_id]
+        if e.ordinal in iteration.lost_splits:
+            iteration.lost_splits.remove(e.ordinal)
+        iteration.owners[e.ordinal] = e.task_id
+        task = iteration.tasks[e.task_id]
+        task.last_split = [e.request_id, 0, e.ordinal, 1, e.skip]
+
+    def _splits_counted(self, e: ev.SplitsCounted) -> None:
+        counts = self.iterations[e.iteration_id].split_counts
+        for i in range(0, len(e.counts) - 1, 2):
+            counts[e.counts[i]] = e.counts[i + 1]
+
+    def _splits_released(self, e: ev.SplitsReleased) -> None:
+        iteration = self.iterations[e.iteration_id]
+        iteration.released = max(iteration.released, e.below)
+        for ordinal in [q for q in iteration.owners if q < iteration.released]:
+            del iteration.owners[ordinal]
+        iteration.lost_splits = [q for q in iteration.lost_splits if q >= e.below]
+
+    def _deal_consumer_done(self, e: ev.DealConsumerDone) -> None:
+        iteration = self.iterations[e.iteration_id]
+        if e.consumer_index not in iteration.done_consumers:
+            iteration.done_consumers.append(e.consumer_index)
+        self._check_finished(iteration)
+
+    def _lose_splits(self, iteration: model.Iteration, task_id: int) -> None:
+        """Multi-rank reads: a lost task's unreleased splits are handed out again."""
+        lost = [q for q, owner in iteration.owners.items() if owner == task_id]
+        for ordinal in lost:
+            del iteration.owners[ordinal]
+        if not iteration.finished:
+            iteration.lost_splits = sorted({*iteration.lost_splits, *lost})
 
     def _schedule_changed(self, e: ev.ScheduleChanged) -> None:
         self._schedule(self.iterations[e.iteration_id], e.start_round, list(e.task_ids))
@@ -356,15 +415,18 @@ class ClusterRecords:
                     del iteration.orphans[task_id]
 
     def _check_finished(self, iteration: model.Iteration) -> None:
-        """Finished: every task is, and no lost task's keys are still owed."""
+        """Finished: every task is, and no lost task's keys are still owed.
+
+        Multi-rank reads: every consumer received all its elements.
+        """
         tasks = iteration.tasks.values()
         owed = iteration.orphans or iteration.pending
-        if (
-            not iteration.finished
-            and not owed
-            and tasks
-            and all(t.finished for t in tasks)
-        ):
+        job = self.jobs[iteration.job_id]
+        if job.dealt:
+            over = len(iteration.done_consumers) >= (job.num_consumers or 1)
+        else:
+            over = not owed and bool(tasks) and all(t.finished for t in tasks)
+        if not iteration.finished and over:
             iteration.finished = True
             logger.info("iteration %d finished", iteration.iteration_id)
             self._retire_if_done(iteration)

@@ -26,6 +26,7 @@ from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._wire import lineage
 from zmqdata._wire import messages as m
+from zmqdata._wire.deal import split_order
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import FailedPreconditionError
 
@@ -50,11 +51,15 @@ class Splits:
     source: Node
     size: int
     """At most this many elements per split."""
+    seed: int | None = None
+    """Fresh splits go out in an order drawn from ``(seed, epoch, repetition)``."""
+    epoch: int = 0
 
     @classmethod
-    def of(cls, source: Node) -> Splits:
+    def of(cls, source: Node, seed: int | None = None, epoch: int = 0) -> Splits:
         """The splits of ``source``, sized by its cardinality."""
-        return cls(source, split_size(source.definition.cardinality(source, [])))
+        size = split_size(source.definition.cardinality(source, []))
+        return cls(source, size, seed, epoch)
 
     @property
     def _op(self) -> SplittableSource:
@@ -159,6 +164,9 @@ class Splits:
 
     def _fresh(self, repetition: int, index: int, done: Ranges) -> list[list[int]]:
         """Split ``index`` of ``repetition``: ``[repetition, lo, hi]`` parts not ``done``."""
+        if self.seed is not None:
+            pass_number = self.epoch * 2**20 + repetition
+            index = int(split_order(self.seed, pass_number, self.count())[index])
         lo, hi = self.at(index)[:2]
         base = lineage.key(repetition, 0)
         missing = done.missing(base + lo, base + hi)

@@ -31,6 +31,7 @@ status in ``status.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from zmqdata._dataset import graph
 from zmqdata._dispatcher import (
     autoscale,
     checks,
+    dealing,
     model,
     placement,
     replies,
@@ -111,6 +113,9 @@ class DispatcherState:
         """Workers leaving: they get no new task and do not count as supply."""
         self.starved: dict[int, float] = {}
         """Each consumer's last reported waiting fraction (demand)."""
+        self.deal_positions: dict[int, dict[int, list[int]]] = {}
+        """Multi-rank reads, liveness: iteration id -> consumer index -> the
+        ``[ordinal, index]`` of the first element it has not received."""
         self._autoscale_due = float("-inf")
         self._handlers: dict[type[m.Message], Handler] = {
             m.RegisterWorker: self._register_worker,
@@ -465,12 +470,36 @@ class DispatcherState:
                 f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
                 f"got {msg.max_splits}"
             )
+        dataset = self.records.datasets[job.dataset_id]
+        if job.dealt:
+            return [(peer, self._deal_split(dataset, job, iteration, task, msg))]
         tracked = self.records.tracked(iteration)
-        reply, handed = Splits.of(source).answer(iteration, task, msg, tracked)
+        splits = Splits.of(source, job.seed, iteration.repetition)
+        reply, handed = splits.answer(iteration, task, msg, tracked)
         if handed is not None:
             self.apply(handed)
             self.splits_total += len(reply.splits)
         return [(peer, reply)]
+
+    def _deal_split(
+        self,
+        dataset: model.Dataset,
+        job: model.Job,
+        iteration: model.Iteration,
+        task: model.Task,
+        msg: m.GetSplit,
+    ) -> m.GetSplitReply:
+        """Multi-rank reads: takes the task's split counts, hands out its next split."""
+        counts = dealing.counted(iteration, msg.counts)
+        if counts:
+            self.apply(ev.SplitsCounted(iteration.iteration_id, counts))
+        positions = self.deal_positions.get(iteration.iteration_id, {})
+        splits = dealing.splits_of(dataset)
+        reply, handed = dealing.answer(splits, job, iteration, task, msg, positions)
+        if handed is not None:
+            self.apply(handed)
+            self.splits_total += len(reply.splits)
+        return reply
 
     # ------------------------------------------------------------ datasets and jobs
 
@@ -546,14 +575,16 @@ class DispatcherState:
                 request_id=msg.request_id, job_id=created_before
             )
             return [(peer, reply)]
-        checks.check_job(msg, self._dataset(msg.dataset_id), self.config)
-        job_id = self._create_or_find_job(msg)
+        dataset = self._dataset(msg.dataset_id)
+        checks.check_job(msg, dataset, self.config)
+        job_id = self._create_or_find_job(msg, dataset)
         reply = m.GetOrCreateJobReply(request_id=msg.request_id, job_id=job_id)
         job = self.records.jobs[job_id]
         return [(peer, reply), *self._join(job, msg.local_process)]
 
-    def _create_or_find_job(self, msg: m.GetOrCreateJob) -> int:
+    def _create_or_find_job(self, msg: m.GetOrCreateJob, dataset: model.Dataset) -> int:
         """The job ``msg`` names (a named job with its parameters), else a new one."""
+        dynamic = msg.processing_mode == ShardingPolicy.DYNAMIC
         created = ev.JobCreated(
             self.records.next_id,
             msg.dataset_id,
@@ -564,8 +595,11 @@ class DispatcherState:
             msg.cross_trainer_cache,
             msg.request_key,
             msg.local_process,
-            exactly_once=msg.exactly_once
-            and msg.processing_mode == ShardingPolicy.DYNAMIC,
+            exactly_once=msg.exactly_once and dynamic,
+            seed=msg.seed,
+            dealt=dealing.is_dealt(
+                msg.processing_mode, msg.num_consumers, dataset.cardinality
+            ),
         )
         named = (msg.dataset_id, msg.job_name) if msg.job_name else None
         existing_id = None if named is None else self.records.named_jobs.get(named)
@@ -624,11 +658,19 @@ class DispatcherState:
         iteration_id = job.iterations.get(msg.repetition)
         if msg.resume is not None:
             checks.check_resume(job, created=iteration_id is None)
+        resume = checks.deal_resume(job, msg, records.iterations.get(iteration_id or 0))
         if iteration_id is None:
             iteration_id = records.next_id
             self.apply(ev.IterationCreated(iteration_id, job.job_id, msg.repetition))
             if msg.resume:
                 self.apply(ev.IterationResumed(iteration_id, tuple(msg.resume)))
+            if resume is not None:
+                stream = tuple(resume.stream.to_wire())
+                self.apply(
+                    ev.DealResumed(
+                        iteration_id, resume.epoch, resume.start_ordinal, stream
+                    )
+                )
             out = self._start(records.iterations[iteration_id])
         client_id = records.next_id
         self.apply(ev.ClientAcquired(client_id, iteration_id, now, msg.request_key))
@@ -642,7 +684,7 @@ class DispatcherState:
             self._create_task(iteration.iteration_id, worker.worker_id)
             for worker in self._serving(job)
         ]
-        if job.num_consumers is not None:
+        if job.num_consumers is not None and not job.dealt:
             task_ids = tuple(t.task_id for t in tasks)
             self.apply(ev.ScheduleChanged(iteration.iteration_id, 0, task_ids))
             self.apply(ev.HorizonExtended(iteration.iteration_id, ROUND_MARGIN))
@@ -683,6 +725,7 @@ class DispatcherState:
             )
             self.apply(fenced)
         out = self._recover(iteration.iteration_id)
+        self._deal_progress(iteration, msg.deal)
         for task_id in msg.finished_tasks:
             task = iteration.tasks.get(task_id)
             if task is not None:
@@ -691,6 +734,26 @@ class DispatcherState:
         if iteration.schedule and wanted > iteration.horizon:
             self.apply(ev.HorizonExtended(iteration.iteration_id, wanted))
         return [(peer, self._state_of(client, msg.request_id)), *out]
+
+    def _deal_progress(self, iteration: model.Iteration, position: list[int]) -> None:
+        """Multi-rank reads: a consumer's position; releases splits all are past."""
+        job = self.records.jobs[iteration.job_id]
+        if not job.dealt or len(position) != 3 or iteration.finished:
+            return
+        consumer, ordinal, index = position
+        num_consumers = job.num_consumers or 1
+        if not 0 <= consumer < num_consumers:
+            return
+        positions = self.deal_positions.setdefault(iteration.iteration_id, {})
+        positions[consumer] = [ordinal, index]
+        below = dealing.released_below(iteration, positions, num_consumers)
+        if below > iteration.released:
+            self.apply(ev.SplitsReleased(iteration.iteration_id, below))
+        total = dealing.splits_of(self.records.datasets[job.dataset_id]).count()
+        if ordinal >= total and consumer not in iteration.done_consumers:
+            self.apply(ev.DealConsumerDone(iteration.iteration_id, consumer))
+            if iteration.finished:
+                self.deal_positions.pop(iteration.iteration_id, None)
 
     def _ack(self, iteration: model.Iteration, acked: list[list[int]]) -> None:
         """Applies a consumer's acknowledgements (``[task_id, lo, hi, ...]``).
@@ -706,8 +769,16 @@ class DispatcherState:
                 self.apply(ev.RangesAcked(iteration.iteration_id, task_id, tuple(keys)))
 
     def _state_of(self, client: model.Client, request_id: int) -> m.IterationState:
-        return replies.iteration_state(
+        state = replies.iteration_state(
             self.records, client, request_id, self.incarnation
+        )
+        iteration = self.records.iterations[client.iteration_id]
+        job = self.records.jobs[iteration.job_id]
+        if not job.dealt:
+            return state
+        splits = dealing.splits_of(self.records.datasets[job.dataset_id])
+        return dataclasses.replace(
+            state, deal=dealing.state_of(iteration, splits.count())
         )
 
     def _release_client(
@@ -716,7 +787,9 @@ class DispatcherState:
         client = self.records.clients.get(msg.client_id)
         out: list[Outgoing] = []
         if client is not None:
-            self._ack(self.records.iterations[client.iteration_id], msg.acked)
+            iteration = self.records.iterations[client.iteration_id]
+            self._ack(iteration, msg.acked)
+            self._deal_progress(iteration, msg.deal)
             out = self._release(client, now)
         return [(peer, m.Ok(request_id=msg.request_id)), *out]
 
@@ -757,7 +830,7 @@ class DispatcherState:
         iteration = self.records.iterations.get(iteration_id)
         if (
             iteration is None
-            or not iteration.pending
+            or not (iteration.pending or iteration.lost_splits)
             or not self._running(iteration)
             or not all(task.finished for task in iteration.tasks.values())
         ):

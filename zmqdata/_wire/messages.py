@@ -8,7 +8,7 @@ instead of letting bad input reach a handler.
 
 >>> message = GetSplit(request_id=7, iteration_id=3, repetition=0, max_splits=4)
 >>> decode(encode(message))
-GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=0, max_splits=4)
+GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=0, max_splits=4, counts=[])
 """
 
 from __future__ import annotations
@@ -149,6 +149,8 @@ class GetSplit(Message):
     max_splits: int = 1
     """At most this many consecutive splits (cheap splits, such as one file
     each, are asked for several at a time: one round trip, not one each)."""
+    counts: list[int] = field(default_factory=list)
+    """Multi-rank reads: ``[ordinal, count, ...]`` of splits this task finished."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +164,11 @@ class GetSplitReply(Message):
     end_of_splits: bool = False
     repetition: int = 0
     """The repetition the dispatcher is handing out splits of now."""
+    released: int = 0
+    """Multi-rank reads: every consumer is past the splits below this ordinal
+    (a worker drops what it still holds of them). Splits are then
+    ``[repetition, lo, hi, ordinal, skip]``: the first ``skip`` elements the
+    split makes are not kept (every consumer has them)."""
 
 
 # ------------------------------------------------------------------ clients
@@ -222,6 +229,8 @@ class GetOrCreateJob(Message):
     exactly_once: bool = True
     """DYNAMIC: track every element, so a lost worker's undelivered elements
     are handed out again (docs/reliability.md)."""
+    seed: int | None = None
+    """DYNAMIC: hand each epoch's splits out in an order drawn from (seed, epoch)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,6 +253,8 @@ class GetOrCreateIteration(Message):
     resume: list[int] | None = None
     """Resuming a saved read: the keys (``lineage``, flat ranges) its consumer
     had consumed; a new iteration hands out only the others."""
+    resume_deal: list[int] | None = None
+    """Resuming a multi-rank read: ``deal.Resume.to_wire()`` of the merged position."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +276,10 @@ class IterationState(Message):
     task_epoch: int = 0
     """Exactly once: counts the tasks the iteration lost; a consumer echoes the
     last it applied, which tells the dispatcher it reads none of them any more."""
+    deal: dict[str, Any] = field(default_factory=dict)
+    """Multi-rank reads: ``epoch``, ``splits`` (how many this epoch has),
+    ``stream`` (``deal.Stream.to_wire``), ``start`` (first ordinal), ``owners``
+    (``[ordinal, task_id, ...]`` of the splits handed out and not released)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,6 +298,9 @@ class ClientHeartbeat(Message):
     starved: float = 0.0
     """Autoscaling: the fraction of the time since the last heartbeat that the
     trainer waited with nothing buffered (demand the workers did not meet)."""
+    deal: list[int] = field(default_factory=list)
+    """Multi-rank reads: ``[consumer_index, ordinal, index]``, the first element
+    this consumer has not received (``ordinal`` = the epoch's splits: all)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,6 +309,8 @@ class ReleaseIterationClient(Message):
     client_id: int
     acked: list[list[int]] = field(default_factory=list)
     """As ``ClientHeartbeat.acked``: what was received since the last heartbeat."""
+    deal: list[int] = field(default_factory=list)
+    """As ``ClientHeartbeat.deal``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,6 +347,10 @@ class GetElements(Message):
     can open it may answer with shared-memory segments (``_runtime/shm.py``)."""
     shm_done: list[str] = field(default_factory=list)
     """Segments this worker sent that the consumer has dropped: unlink them."""
+    split: int = -1
+    """Multi-rank reads: the split ordinal asked for (``indices`` in it)."""
+    indices: list[int] = field(default_factory=list)
+    """Multi-rank reads: the split's elements wanted, ascending."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,6 +374,15 @@ class Elements(Message):
     dropped (filtered out, or never read)."""
     widths: list[int] = field(default_factory=list)
     """Exactly once: how many keys each element covers, ``[count, width, ...]``."""
+    split: int = -1
+    """Multi-rank reads: the split the elements are of (``indices``: which)."""
+    indices: list[int] = field(default_factory=list)
+    produced: int = 0
+    """Multi-rank reads: how many elements the split has made so far."""
+    ended: bool = False
+    """Multi-rank reads: the split is over (``produced`` is its count)."""
+    counts: list[int] = field(default_factory=list)
+    """Multi-rank reads: ``[ordinal, count, ...]`` of other splits the task ended."""
 
 
 MESSAGES: dict[str, type[Message]] = {

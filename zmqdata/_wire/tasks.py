@@ -60,6 +60,8 @@ expected bool, got int
     cross_trainer_cache: bool = False
     exactly_once: bool = False
     """DYNAMIC: tell readers what each element covers (``_wire/lineage.py``)."""
+    dealt: bool = False
+    """Multi-rank reads: run the pipeline split by split, serve by index (``deal.py``)."""
 
     def to_wire(self) -> dict[str, Any]:
         """The map a control message carries."""

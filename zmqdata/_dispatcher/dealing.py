@@ -1,0 +1,231 @@
+"""Multi-rank reads on the dispatcher: which jobs are dealt, and their splits (pure).
+
+A finite ``distributed_epoch`` job with ``num_consumers`` is *dealt*
+(``_wire/deal.py``): workers run its pipeline one split at a time, and the
+dispatcher hands the splits out by ordinal, in the seeded order, keeping
+which task holds each ordinal until every consumer is past it. A lost
+worker's ordinals are handed out again whole, so a split always yields the
+same elements. ``check_pipeline`` refuses, at job creation, what would make
+a split's elements depend on anything but the split.
+
+>>> import zmqdata as zd
+>>> node = zd.Dataset.range(1000).map(lambda x: x).batch(32)._node
+>>> whole_batch(node)
+32
+>>> check_pipeline(zd.Dataset.range(9).shuffle(4)._node)
+Traceback (most recent call last):
+...
+zmqdata.errors.InvalidArgumentError: a multi-rank read (num_consumers with distributed_epoch) must be deterministic: shuffle(seed=None) before distribute draws a new order in every run; give it a seed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from zmqdata._dataset.node import Node
+from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import model
+from zmqdata._dispatcher.splits import Splits
+from zmqdata._wire import deal
+from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Ranges
+from zmqdata._wire.modes import ShardingPolicy
+from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+
+_WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
+_WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
+"""Ops that count elements across the whole dataset: run per split, they
+would act on each split instead."""
+OWNERS_SHOWN = 1024
+"""The most split owners an ``IterationState`` lists (from the lowest unreleased)."""
+
+
+def is_dealt(processing_mode: int, num_consumers: int | None, cardinality: int) -> bool:
+    """Whether a job is dealt: DYNAMIC, ``num_consumers``, a finite dataset.
+
+    An endless one (a ``repeat()`` before ``distribute``) keeps coordinated
+    rounds, as before.
+    """
+    dynamic = processing_mode == ShardingPolicy.DYNAMIC
+    return dynamic and num_consumers is not None and cardinality != -1
+
+
+def check_pipeline(root: Node) -> None:
+    """Raises ``InvalidArgumentError`` naming an op that a dealt job cannot run."""
+    node = root
+    while node.inputs:
+        why = _refusal(node)
+        if why is not None:
+            raise InvalidArgumentError(f"{_WHAT} must be deterministic: {why}")
+        node = node.inputs[0]
+
+
+def _refusal(node: Node) -> str | None:
+    args = node.args
+    if node.op in _WHOLE_DATASET_OPS:
+        return (
+            f"{node.op} before distribute counts elements over the whole dataset, "
+            "but workers run the pipeline one split at a time: put it after "
+            "distribute"
+        )
+    if node.op == "shuffle" and args.get("seed") is None:
+        return (
+            "shuffle(seed=None) before distribute draws a new order in every run; "
+            "give it a seed"
+        )
+    parallel = args.get("num_parallel_calls") not in (None, 1)
+    if node.op in ("map", "interleave") and parallel and args.get("deterministic") is False:
+        return (
+            f"{node.op}(deterministic=False) before distribute yields elements in "
+            "the order they finish; drop deterministic=False"
+        )
+    return None
+
+
+def whole_batch(root: Node) -> int | None:
+    """The batch size splits should be a multiple of, so batches fill up.
+
+    The first ``batch`` above the source, when every op between makes one
+    element per element (``map``, ``prefetch``): a split of
+    ``k * batch_size`` elements then yields ``k`` whole batches.
+    """
+    path = []
+    node = root
+    while node.inputs:
+        path.append(node)
+        node = node.inputs[0]
+    for node in reversed(path):
+        if node.op == "batch":
+            return int(node.args["batch_size"])
+        if node.op not in ("map", "prefetch"):
+            break
+    return None
+
+
+def splits_of(dataset: model.Dataset) -> Splits:
+    """A dealt job's splits: sized so that batches before ``distribute`` fill up."""
+    assert dataset.split_source is not None
+    splits = Splits.of(dataset.split_source)
+    batch = dataset.whole_batch or 1
+    return Splits(splits.source, max(1, -(-splits.size // batch)) * batch)
+
+
+def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:
+    """``IterationState.deal``: the epoch, its splits and who holds them."""
+    owners = sorted(iteration.owners.items())[:OWNERS_SHOWN]
+    return {
+        "epoch": iteration.deal_epoch,
+        "splits": num_splits,
+        "start": iteration.deal_start,
+        "stream": list(iteration.deal_stream),
+        "owners": [v for pair in owners for v in pair],
+    }
+
+
+def skip_for(
+    positions: Mapping[int, Sequence[int]], num_consumers: int, ordinal: int
+) -> int:
+    """How many leading elements of split ``ordinal`` every consumer already has.
+
+    ``positions``: consumer index -> ``[ordinal, index]`` of the first element
+    it has not received (liveness; a consumer not heard from has nothing).
+
+    >>> skip_for({0: [3, 5], 1: [4, 0]}, 2, 3), skip_for({0: [3, 5]}, 2, 3)
+    (5, 0)
+    """
+    skip = None
+    for consumer in range(num_consumers):
+        at = positions.get(consumer)
+        if at is None or at[0] < ordinal:
+            return 0
+        if at[0] == ordinal:
+            skip = at[1] if skip is None else min(skip, at[1])
+    return 0 if skip is None else skip
+
+
+def answer(
+    splits: Splits,
+    job: model.Job,
+    iteration: model.Iteration,
+    task: model.Task,
+    request: m.GetSplit,
+    positions: Mapping[int, Sequence[int]],
+) -> tuple[m.GetSplitReply, ev.SplitProduced | ev.SplitHandedAgain | None]:
+    """The reply to a dealt task's ``GetSplit``, and what it hands out.
+
+    A lost worker's ordinals go first, one per request, whole (``skip``: what
+    every consumer already has); then fresh ordinals in the seeded order. A
+    request sent again gets the same splits.
+    """
+    last = task.last_split
+    if last is not None and request.request_id <= last[0]:
+        if request.request_id < last[0]:
+            raise FailedPreconditionError(
+                f"split request {request.request_id} of task {task.task_id} was "
+                "superseded by a later one"
+            )
+        _, _, ordinal, count, *skip = last
+        return _reply(splits, job, iteration, request, ordinal, count, skip), None
+    if iteration.lost_splits:
+        ordinal = iteration.lost_splits[0]
+        skip = skip_for(positions, job.num_consumers or 1, ordinal)
+        handed = ev.SplitHandedAgain(
+            iteration.iteration_id, task.task_id, request.request_id, ordinal, skip
+        )
+        return _reply(splits, job, iteration, request, ordinal, 1, [skip]), handed
+    total = splits.count()
+    ordinal = max(iteration.next_split, iteration.deal_start)
+    if ordinal >= total:
+        reply = m.GetSplitReply(
+            request_id=request.request_id, end_of_splits=True, released=iteration.released
+        )
+        return reply, None
+    count = min(request.max_splits, total - ordinal)
+    produced = ev.SplitProduced(
+        iteration.iteration_id, 0, ordinal, task.task_id, request.request_id, count
+    )
+    return _reply(splits, job, iteration, request, ordinal, count, []), produced
+
+
+def _reply(
+    splits: Splits,
+    job: model.Job,
+    iteration: model.Iteration,
+    request: m.GetSplit,
+    ordinal: int,
+    count: int,
+    skip: list[int],
+) -> m.GetSplitReply:
+    """``[0, lo, hi, ordinal, skip]`` for ``count`` ordinals from ``ordinal``."""
+    order = deal.split_order(job.seed, iteration.deal_epoch, splits.count())
+    stream = deal.Stream(iteration.deal_stream[0], Ranges(iteration.deal_stream[1:]))
+    out = []
+    for q in range(ordinal, ordinal + count):
+        lo, hi = splits.at(int(order[q]))[:2]
+        first = skip[0] if skip else 0
+        if q == iteration.deal_start and not skip:  # a restored read's first split
+            first = deal.first_skip(stream, stream.start)
+        out.append([0, lo, hi, q, first])
+    return m.GetSplitReply(
+        request_id=request.request_id, splits=out, released=iteration.released
+    )
+
+
+def counted(iteration: model.Iteration, counts: Sequence[int]) -> tuple[int, ...]:
+    """The ``[ordinal, count, ...]`` pairs of ``counts`` the iteration lacks."""
+    new: list[int] = []
+    for i in range(0, len(counts) - 1, 2):
+        ordinal, count = counts[i], counts[i + 1]
+        if ordinal not in iteration.split_counts and count >= 0:
+            new += [ordinal, count]
+    return tuple(new)
+
+
+def released_below(
+    iteration: model.Iteration, positions: Mapping[int, Sequence[int]], num_consumers: int
+) -> int:
+    """The lowest ordinal some consumer still reads (all heard from), else 0."""
+    if len(positions) < num_consumers:
+        return iteration.released
+    return max(iteration.released, min(at[0] for at in positions.values()))
