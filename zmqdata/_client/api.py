@@ -172,11 +172,21 @@ def _read_args(
     cross_trainer_cache: Any,
     target_workers: Any,
     exactly_once: Any,
+    seed: Any = None,
 ) -> dict[str, Any]:
     """Validates the reading arguments shared by distribute and from_dataset_id."""
     if not isinstance(exactly_once, bool):
         raise TypeError(f"exactly_once must be a bool, got {exactly_once!r}")
     mode = _processing_mode(processing_mode)
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63
+    ):
+        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
+    if seed is not None and mode != ShardingPolicy.DYNAMIC:
+        raise ValueError(
+            f"seed={seed!r} orders the splits of a distributed_epoch read; "
+            f"processing_mode is {mode.display_name}"
+        )
     target = dispatcher_target(service)
     job_name = _job_name(job_name)
     consumer_index, num_consumers = _consumers(job_name, consumer_index, num_consumers)
@@ -193,6 +203,7 @@ def _read_args(
             cross_trainer_cache, job_name, num_consumers is not None
         ),
         "exactly_once": exactly_once,
+        "seed": seed,
     }
     return read
 
@@ -245,6 +256,7 @@ def from_dataset_id(
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
     exactly_once: bool = True,
+    seed: int | None = None,
 ) -> Dataset:
     """A dataset reading the registered dataset ``dataset_id`` from the service.
 
@@ -255,7 +267,7 @@ def from_dataset_id(
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
-        target_workers, exactly_once,
+        target_workers, exactly_once, seed,
     )  # fmt: skip
     if not isinstance(dataset_id, str) or not dataset_id:
         raise ValueError(f"dataset_id must be a non-empty str, got {dataset_id!r}")
@@ -288,6 +300,7 @@ def distribute(
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
     exactly_once: bool = True,
+    seed: int | None = None,
 ) -> Callable[[Dataset], Dataset]:
     """A transformation that runs the dataset so far on the service's workers.
 
@@ -310,7 +323,7 @@ def distribute(
     read = _read_args(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
-        target_workers, exactly_once,
+        target_workers, exactly_once, seed,
     )  # fmt: skip
     compression = _compression(compression)
 
@@ -378,6 +391,7 @@ class DataService(Op):
             num_consumers=args["num_consumers"],
             trainer_id=args["trainer_id"],
             exactly_once=args.get("exactly_once", True),
+            seed=args.get("seed"),
         )
         if options.target_workers == "LOCAL" and not LOCAL_WORKERS.count:
             raise FailedPreconditionError(
@@ -387,4 +401,9 @@ class DataService(Op):
             )
         job_id = open_job(options, current)
         repetition = node.next_pass() if options.job_name is not None else 0
-        return DistributedIterator(options, current, job_id, repetition)
+        dealt = (
+            options.processing_mode == ShardingPolicy.DYNAMIC
+            and options.num_consumers is not None
+            and args["cardinality"] != INFINITE_CARDINALITY
+        )
+        return DistributedIterator(options, current, job_id, repetition, dealt)

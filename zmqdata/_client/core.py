@@ -30,9 +30,10 @@ from zmqdata.errors import (
 END = object()
 """Put on the trainer's queue when the read is over."""
 
-Batch = tuple[list[Any], int, list[int], list[int]]
-"""What goes to the trainer per reply: elements, their decoded bytes, and
-(exactly once) the keys they cover and how many each (``lineage.Coverage``)."""
+Batch = tuple[list[Any], int, list[int], list[int], list[int]]
+"""What goes to the trainer per reply: elements, their decoded bytes,
+(exactly once) the keys they cover and how many each (``lineage.Coverage``),
+and (multi-rank reads) ``[ordinal, offset]`` of each element's split."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class ReadOptions:
     num_consumers: int | None = None
     trainer_id: str | None = None
     exactly_once: bool = True
+    seed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,9 @@ class Plan(Protocol):
 
     def current_round(self) -> int | None:
         """The round reported in heartbeats (None: first come, first served)."""
+
+    def deal_position(self) -> list[int]:
+        """Multi-rank reads: what heartbeats report (``ClientHeartbeat.deal``)."""
 
     def on_state(self, core: ReadCore, state: m.IterationState) -> None:
         """Follows a new task list (tasks gone are already forgotten)."""
@@ -271,6 +276,7 @@ class ReadCore:
                 acked=acked,
                 task_epoch=self._fenced_epoch,
                 starved=self._starved(now),
+                deal=self.plan.deal_position(),
             )
         )
         self._heartbeat_due = now + self.timeouts.heartbeat_s
@@ -385,9 +391,14 @@ class ReadCore:
             self.counters.sizes.append(max(1, nbytes // len(elements)))
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
-            self.transport.to_trainer((elements, nbytes, keys, widths))
+            self.transport.to_trainer((elements, nbytes, keys, widths, []))
         elif keys:  # an end of sequence with dropped keys: consumed as well
-            self.transport.to_trainer(([], 0, keys, widths))
+            self.transport.to_trainer(([], 0, keys, widths, []))
+
+    def deliver_dealt(self, elements: list[Any], anchors: list[int]) -> None:
+        """Multi-rank reads: elements in order, with their splits' ``[ordinal, offset]``."""
+        self.counters.received += len(elements)
+        self.transport.to_trainer((elements, 0, [], [], anchors))
 
     def report_if_finished(self, task: Task, now: float) -> None:
         """Reports a task ended once nothing more is owed by it."""
@@ -405,6 +416,12 @@ class ReadCore:
         local_done = self.options.target_workers == "LOCAL" and bool(self.tasks)
         over = self._finished or local_done
         if over and not busy and not self.readable_tasks() and not self.done:
+            self.done = True
+            self.transport.to_trainer(END)
+
+    def end(self) -> None:
+        """Ends the read: everything it gets was delivered (once)."""
+        if not self.done:
             self.done = True
             self.transport.to_trainer(END)
 

@@ -171,6 +171,9 @@ class CreditPlan:
         by_bytes = (self._byte_cap - buffered_bytes) // average - self._in_flight
         return min(free, by_bytes)
 
+    def deal_position(self) -> list[int]:
+        return []
+
     def on_elements(
         self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
     ) -> None:

@@ -18,10 +18,12 @@ and none that was consumed does.
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from zmqdata._client.core import ReadOptions
+from zmqdata._wire import deal
 from zmqdata._wire.lineage import Coverage, Ranges
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
@@ -105,3 +107,68 @@ def consumed_in(options: ReadOptions, state: Any) -> list[int]:
             "the saved read's consumed keys are not sorted ranges"
         )
     return consumed
+
+
+class DealtProgress:
+    """A multi-rank read's consumer: what it consumed, as a ``deal.DealtPosition``.
+
+    The trainer thread counts the elements it handed out and keeps the split
+    (``[ordinal, offset]``) of the last one: the anchor a merged position
+    resumes from (``deal.merge``).
+    """
+
+    def __init__(self) -> None:
+        self._info: dict[str, Any] = {}
+        self._anchors: deque[tuple[int, int]] = deque()
+        self._anchor = (0, 0)
+        self._consumed = 0
+
+    def started(self, info: dict[str, Any]) -> None:
+        """The iteration's ``IterationState.deal``: its epoch and stream."""
+        self._info = info
+        self._anchor = (int(info.get("start", 0)), int(info.get("stream", [0])[0]))
+
+    def took(self, anchors: Sequence[int]) -> None:
+        """A batch of elements is handed out next, from these splits."""
+        self._anchors.extend(zip(anchors[::2], anchors[1::2], strict=True))
+
+    def consumed_one(self) -> None:
+        self._anchor = self._anchors.popleft()
+        self._consumed += 1
+
+    def state(self, options: ReadOptions) -> dict[str, Any]:
+        """This consumer's position (``get_state``)."""
+        assert options.num_consumers is not None
+        assert options.consumer_index is not None
+        stream = [int(v) for v in self._info.get("stream", [0])]
+        return deal.DealtPosition(
+            dataset_id=options.dataset_id,
+            epoch=int(self._info.get("epoch", 0)),
+            seed=options.seed,
+            num_consumers=options.num_consumers,
+            consumer_index=options.consumer_index,
+            stream=deal.Stream(stream[0], Ranges(stream[1:])),
+            consumed=self._consumed,
+            anchor=self._anchor,
+        ).to_state()
+
+
+def resume_of(options: ReadOptions, state: Any) -> deal.Resume:
+    """Where a multi-rank read restores a merged position, checked against this read."""
+    if not deal.is_position(state):
+        raise InvalidArgumentError(
+            "a multi-rank read restores service.merge_positions() of its "
+            f"consumers' saves; got {type(state).__name__}"
+        )
+    position = deal.DealtPosition.from_state(state)
+    if position.dataset_id != options.dataset_id:
+        raise InvalidArgumentError(
+            f"the saved read is of dataset {position.dataset_id!r}, "
+            f"this one reads {options.dataset_id!r}"
+        )
+    if position.seed != options.seed:
+        raise InvalidArgumentError(
+            f"the saved read had seed={position.seed!r}, this one has "
+            f"seed={options.seed!r}: the order would not continue"
+        )
+    return deal.resume_of(state)

@@ -35,8 +35,15 @@ from zmqdata._client.core import (
     Timeouts,
 )
 from zmqdata._client.credit import CreditPlan, ask_for_shared_memory
+from zmqdata._client.dealing import DealPlan
 from zmqdata._client.links import Links
-from zmqdata._client.position import Position, consumed_in, state_of
+from zmqdata._client.position import (
+    DealtProgress,
+    Position,
+    consumed_in,
+    resume_of,
+    state_of,
+)
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._client.segments import Claims
 from zmqdata._client.settings import ClientSettings
@@ -66,6 +73,7 @@ def open_job(options: ReadOptions, settings: ClientSettings) -> int:
             cross_trainer_cache=options.trainer_id is not None,
             local_process=PROCESS_TOKEN,
             exactly_once=options.exactly_once,
+            seed=options.seed,
         ),
         m.GetOrCreateJobReply,
         settings.dispatcher_timeout_s,
@@ -73,8 +81,10 @@ def open_job(options: ReadOptions, settings: ClientSettings) -> int:
     return reply.job_id
 
 
-def plan_for(options: ReadOptions, counters: Counters) -> Plan:
-    """Coordinated rounds when the read has consumers, else first come, first served."""
+def plan_for(options: ReadOptions, counters: Counters, state: m.IterationState) -> Plan:
+    """How to read: dealt turns (multi-rank reads), coordinated rounds, or first come."""
+    if state.deal:
+        return DealPlan(options)
     if options.num_consumers is None:
         return CreditPlan(options, counters)
     return RoundPlan(options)
@@ -115,7 +125,7 @@ class Fetcher(PollLoop):
             timeouts,
             state.client_id,
             counters,
-            plan_for(options, counters),
+            plan_for(options, counters, state),
             self,
             self._links,
             clock.now(),
@@ -191,7 +201,9 @@ class Fetcher(PollLoop):
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
         core = self._core
         release = m.ReleaseIterationClient(
-            client_id=core.client_id, acked=core.acks.report(core.next_request_id())
+            client_id=core.client_id,
+            acked=core.acks.report(core.next_request_id()),
+            deal=core.plan.deal_position(),
         )
         self.to_dispatcher(release)
         self.waker.close()
@@ -257,7 +269,10 @@ class DistributedIterator(DatasetIterator):
     A ``distributed_epoch`` read of its own (no ``job_name``) can save its
     position (``get_state``: the source keys consumed, no element) and
     resume from one (``set_state``: a new iteration that hands out only the
-    keys not consumed; see ``position.py``).
+    keys not consumed; see ``position.py``). So can each consumer of a
+    multi-rank read (``dealt``); such a read joins its iteration on its first
+    element, so that ``set_state`` before it (every rank restoring the merged
+    position) starts the iteration there.
     """
 
     def __init__(
@@ -266,18 +281,42 @@ class DistributedIterator(DatasetIterator):
         settings: ClientSettings,
         job_id: int,
         repetition: int,
+        dealt: bool = False,
     ) -> None:
         self._options, self._settings = options, settings
         self._closed = True
-        self._start(job_id, repetition, None)
+        self._dealt = DealtProgress() if dealt else None
+        self._pending: tuple[int, int] | None = (job_id, repetition)
+        if not dealt:
+            self._start_pending(None)
 
-    def _start(self, job_id: int, repetition: int, resume: list[int] | None) -> None:
+    def _start_pending(
+        self, resume: list[int] | None, deal: list[int] | None = None
+    ) -> None:
+        """Joins the iteration this iterator reads (once)."""
+        if self._pending is not None:
+            job_id, repetition = self._pending
+            self._pending = None
+            self._start(job_id, repetition, resume, deal)
+
+    def _start(
+        self,
+        job_id: int,
+        repetition: int,
+        resume: list[int] | None,
+        resume_deal: list[int] | None = None,
+    ) -> None:
+        request = m.GetOrCreateIteration(
+            job_id=job_id, repetition=repetition, resume=resume, resume_deal=resume_deal
+        )
         state = rpc.call(
             self._options.service,
-            m.GetOrCreateIteration(job_id=job_id, repetition=repetition, resume=resume),
+            request,
             m.IterationState,
             self._settings.dispatcher_timeout_s,
         )
+        if self._dealt is not None:
+            self._dealt.started(state.deal)
         self._queue: queue.Queue[Any] = queue.Queue()
         self._counters = Counters()
         self._local: deque[Any] = deque()
@@ -291,6 +330,7 @@ class DistributedIterator(DatasetIterator):
         _open_iterators.add(self)
 
     def __next__(self) -> Any:
+        self._start_pending(None)
         while not self._local:
             if self._closed:
                 raise StopIteration
@@ -313,12 +353,16 @@ class DistributedIterator(DatasetIterator):
             if isinstance(item, Failure):
                 self.close()
                 raise item.error
-            elements, nbytes, keys, widths = item
+            elements, nbytes, keys, widths, anchors = item
             self._local.extend(elements)
             self._local_bytes = nbytes
             if keys:
                 self._position.took(keys, widths)
+            if self._dealt is not None:
+                self._dealt.took(anchors)
         element = self._local.popleft()
+        if self._dealt is not None:
+            self._dealt.consumed_one()
         self._counters.consumed += 1
         if not self._local:  # a batch's bytes count as buffered until handed out
             self._counters.consumed_bytes += self._local_bytes
@@ -332,8 +376,12 @@ class DistributedIterator(DatasetIterator):
         """The read's position: the source keys consumed (small: no element).
 
         Raises ``FailedPreconditionError`` for a read whose position cannot be
-        resumed (``parallel_epochs``, a shared job, coordinated reads).
+        resumed (``parallel_epochs``, a shared job, coordinated reads). A
+        multi-rank read's is this consumer's share (``service.merge_positions``).
         """
+        if self._dealt is not None:
+            self._start_pending(None)
+            return self._dealt.state(self._options)
         return state_of(self._options, self._position.consumed(len(self._local)))
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -342,6 +390,16 @@ class DistributedIterator(DatasetIterator):
         The elements that were buffered or in flight when the state was saved
         come again; none that had been consumed does.
         """
+        if self._dealt is not None:
+            resume = resume_of(self._options, state)
+            pending = self._pending
+            self.close()
+            self._dealt = DealtProgress()
+            job_id = open_job(self._options, self._settings)
+            repetition = 0 if pending is None else pending[1]
+            self._pending = (job_id, repetition)
+            self._start_pending(None, resume.to_wire())
+            return
         consumed = consumed_in(self._options, state)
         self.close()
         self._start(open_job(self._options, self._settings), 0, consumed)
@@ -352,6 +410,7 @@ class DistributedIterator(DatasetIterator):
         A ``__next__`` waiting in another thread (a ``prefetch`` producer)
         wakes at once and ends.
         """
+        self._pending = None
         if not self._closed:
             self._closed = True
             _open_iterators.discard(self)

@@ -59,6 +59,9 @@ class RoundPlan:
         """The lowest round not asked for yet (the dispatcher extends the horizon)."""
         return self._next_request
 
+    def deal_position(self) -> list[int]:
+        return []
+
     def forget(self, task: Task) -> None:
         """Rounds of a task that is gone are skipped in ``on_state``."""
 

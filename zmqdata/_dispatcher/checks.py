@@ -127,7 +127,9 @@ def _check_acked(request: str, acked: list[Any]) -> None:
 
 def _check_deal_position(request: str, position: list[Any]) -> None:
     """A multi-rank position: empty, or ``[consumer_index, ordinal, index]``."""
-    if position and (len(position) != 3 or not all(_is_int(v) and v >= 0 for v in position)):
+    if position and (
+        len(position) != 3 or not all(_is_int(v) and v >= 0 for v in position)
+    ):
         raise InvalidArgumentError(
             f"{request}.deal: expected [consumer_index, ordinal, index], got "
             f"{position!r:.100}"
@@ -210,7 +212,9 @@ def check_job(
             "processing_mode distributed_epoch and an int >= 0"
         )
     if dealing.is_dealt(msg.processing_mode, msg.num_consumers, dataset.cardinality):
-        dealing.check_pipeline(graph.deserialize(dataset.pipeline, load_functions=False))
+        dealing.check_pipeline(
+            graph.deserialize(dataset.pipeline, load_functions=False)
+        )
     elif msg.num_consumers is not None:
         _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
     if msg.cross_trainer_cache:

@@ -75,7 +75,11 @@ def _refusal(node: Node) -> str | None:
             "give it a seed"
         )
     parallel = args.get("num_parallel_calls") not in (None, 1)
-    if node.op in ("map", "interleave") and parallel and args.get("deterministic") is False:
+    if (
+        node.op in ("map", "interleave")
+        and parallel
+        and args.get("deterministic") is False
+    ):
         return (
             f"{node.op}(deterministic=False) before distribute yields elements in "
             "the order they finish; drop deterministic=False"
@@ -165,20 +169,22 @@ def answer(
                 f"split request {request.request_id} of task {task.task_id} was "
                 "superseded by a later one"
             )
-        _, _, ordinal, count, *skip = last
-        return _reply(splits, job, iteration, request, ordinal, count, skip), None
+        _, _, ordinal, count, *again = last
+        return _reply(splits, job, iteration, request, ordinal, count, again), None
     if iteration.lost_splits:
         ordinal = iteration.lost_splits[0]
-        skip = skip_for(positions, job.num_consumers or 1, ordinal)
+        first = skip_for(positions, job.num_consumers or 1, ordinal)
         handed = ev.SplitHandedAgain(
-            iteration.iteration_id, task.task_id, request.request_id, ordinal, skip
+            iteration.iteration_id, task.task_id, request.request_id, ordinal, first
         )
-        return _reply(splits, job, iteration, request, ordinal, 1, [skip]), handed
+        return _reply(splits, job, iteration, request, ordinal, 1, [first]), handed
     total = splits.count()
     ordinal = max(iteration.next_split, iteration.deal_start)
     if ordinal >= total:
         reply = m.GetSplitReply(
-            request_id=request.request_id, end_of_splits=True, released=iteration.released
+            request_id=request.request_id,
+            end_of_splits=True,
+            released=iteration.released,
         )
         return reply, None
     count = min(request.max_splits, total - ordinal)
@@ -223,7 +229,9 @@ def counted(iteration: model.Iteration, counts: Sequence[int]) -> tuple[int, ...
 
 
 def released_below(
-    iteration: model.Iteration, positions: Mapping[int, Sequence[int]], num_consumers: int
+    iteration: model.Iteration,
+    positions: Mapping[int, Sequence[int]],
+    num_consumers: int,
 ) -> int:
     """The lowest ordinal some consumer still reads (all heard from), else 0."""
     if len(positions) < num_consumers:

@@ -36,6 +36,7 @@ def task_def(
         num_consumers=job.num_consumers,
         cross_trainer_cache=job.cross_trainer_cache,
         exactly_once=job.exactly_once,
+        dealt=job.dealt,
     )
 
 

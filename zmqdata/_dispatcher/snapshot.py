@@ -45,7 +45,8 @@ def dump(records: ClusterRecords) -> bytes:
         "format": FORMAT,
         "workers": [_row(w) for w in records.workers.values()],
         "datasets": [
-            _row(d, "split_source", "cardinality", "whole_batch") for d in records.datasets.values()
+            _row(d, "split_source", "cardinality", "whole_batch")
+            for d in records.datasets.values()
         ],
         "jobs": [_row(j) for j in records.jobs.values()],
         "iterations": [_row(i, "tasks") for i in records.iterations.values()],

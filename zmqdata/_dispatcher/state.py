@@ -752,8 +752,8 @@ class DispatcherState:
         total = dealing.splits_of(self.records.datasets[job.dataset_id]).count()
         if ordinal >= total and consumer not in iteration.done_consumers:
             self.apply(ev.DealConsumerDone(iteration.iteration_id, consumer))
-            if iteration.finished:
-                self.deal_positions.pop(iteration.iteration_id, None)
+        if len(iteration.done_consumers) >= num_consumers:
+            self.deal_positions.pop(iteration.iteration_id, None)
 
     def _ack(self, iteration: model.Iteration, acked: list[list[int]]) -> None:
         """Applies a consumer's acknowledgements (``[task_id, lo, hi, ...]``).

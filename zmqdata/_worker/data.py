@@ -25,7 +25,7 @@ from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage
-from zmqdata._worker import serving
+from zmqdata._worker import dealt, serving
 from zmqdata._worker.buffer import Encoded, Raw
 from zmqdata._worker.linkrate import PeerLinks
 from zmqdata._worker.parked import ParkedRequests
@@ -201,7 +201,7 @@ class DataLoop(PollLoop):
         """Serves now, unless first-come readers of the task are already waiting."""
         task_id = request[2].task_id
         runner = self._runners.get(task_id)
-        first_come = runner is None or runner.cache is None
+        first_come = runner is None or (runner.cache is None and runner.dealt is None)
         if first_come and self._parked.waiting(task_id):
             return False
         return self._serve(request)
@@ -274,14 +274,18 @@ class DataLoop(PollLoop):
 
     def _serve_parked(self, task_id: int) -> None:
         runner = self._runners.get(task_id)
-        # Trainers of the cross-trainer cache read at their own positions: any
-        # of their requests may be servable.
-        any_order = runner is not None and runner.cache is not None
+        # Trainers of the cross-trainer cache, and consumers of a dealt task,
+        # read at their own positions: any of their requests may be servable.
+        any_order = runner is not None and (
+            runner.cache is not None or runner.dealt is not None
+        )
         self._parked.serve(task_id, self._serve, any_order=any_order)
 
     def _serve(self, request: Request) -> bool:
         """Answers ``request`` if there is anything to say; False to park it."""
         runner = self._runners.get(request[2].task_id)
+        if request[2].split >= 0 or (runner is not None and runner.dealt is not None):
+            return self._serve_dealt(request, runner)
         output = None
         if runner is not None:
             output = runner.buffer if runner.cache is None else runner.cache
@@ -300,6 +304,23 @@ class DataLoop(PollLoop):
             )
         return decision is not None
 
+    def _serve_dealt(self, request: Request, runner: TaskRunner | None) -> bool:
+        """A multi-rank read's request for indices of one split (``dealt.py``)."""
+        decision = dealt.answer(request[2], None if runner is None else runner.dealt)
+        if isinstance(decision, serving.Refuse):
+            self._reply_error(request, decision.code, decision.text)
+        elif decision is not None:
+            assert runner is not None
+            told = {
+                "split": decision.split,
+                "indices": decision.indices,
+                "produced": decision.produced,
+                "ended": decision.ended,
+                "counts": decision.counts,
+            }
+            self._send_items(request, decision.items, False, runner, dealt=told)
+        return decision is not None
+
     def _send_items(
         self,
         request: Request,
@@ -308,6 +329,7 @@ class DataLoop(PollLoop):
         runner: TaskRunner,
         rounds: list[int] | None = None,
         coverage: Coverage | None = None,
+        dealt: dict[str, Any] | None = None,
     ) -> None:
         sock, peer, message = request
         groups: list[list[Any]] = []
@@ -337,6 +359,7 @@ class DataLoop(PollLoop):
             parts=[len(group) for group in groups],
             lineage=[] if coverage is None else coverage.keys,
             widths=[] if coverage is None else coverage.widths,
+            **(dealt or {}),
         )
         parts = [peer, m.encode(header)]
         nbytes = 0

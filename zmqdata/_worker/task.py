@@ -18,8 +18,13 @@ from typing import Any
 import zmq
 
 from zmqdata._dataset import graph
-from zmqdata._dataset.iterator import IterContext, Split, SplitProvider
-from zmqdata._dataset.node import make_iterator
+from zmqdata._dataset.iterator import (
+    IterContext,
+    ListSplitProvider,
+    Split,
+    SplitProvider,
+)
+from zmqdata._dataset.node import Node, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
@@ -33,6 +38,7 @@ from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
+from zmqdata._worker.dealt import DealtBuffer
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -68,6 +74,11 @@ class RemoteSplitProvider(SplitProvider):
     its elements' keys ``base + index`` (``_wire/lineage.py``); an exactly-once
     task's buffer notes them (``handed``). A reply with no split and no end (keys of a
     lost worker are about to be handed out again) is asked again with backoff.
+
+    A dealt task (``dealt``: multi-rank reads) takes its splits whole, as the
+    dispatcher sends them (``[repetition, lo, hi, ordinal, skip]``, through
+    ``next_dealt``), reports each split's count with its next request
+    (``counted``) and follows the dispatcher's ``released`` ordinal.
     """
 
     shared = True
@@ -82,8 +93,13 @@ class RemoteSplitProvider(SplitProvider):
         keys: auth.ClientKeys | None = None,
         handed: Callable[[int, int], None] | None = None,
         draining: threading.Event | None = None,
+        dealt: bool = False,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        self._dealt = dealt
+        self._counts: list[int] = []
+        self.released = 0
+        """Dealt: every consumer is past the splits below this ordinal."""
         self._draining = threading.Event() if draining is None else draining
         self._handed = handed
         self._task_id = task_id
@@ -116,6 +132,15 @@ class RemoteSplitProvider(SplitProvider):
             return None
         return self._splits.popleft()
 
+    def next_dealt(self) -> list[int] | None:
+        """Dealt: the next split ``[repetition, lo, hi, ordinal, skip]`` (None: no more)."""
+        split = self.next_split()
+        return None if split is None else list(split)
+
+    def counted(self, ordinal: int, count: int) -> None:
+        """Dealt: split ``ordinal`` made ``count`` elements (told with the next request)."""
+        self._counts += [ordinal, count]
+
     def _fetch(self) -> None:
         """Asks for the next splits: as many as the batch size says."""
         wait = Backoff(0.001, ASK_AGAIN_MAX_S, jitter=0.0)
@@ -129,12 +154,15 @@ class RemoteSplitProvider(SplitProvider):
             if self._stop.wait(wait.next_delay()) or self._draining.is_set():
                 raise Cancelled  # (else nothing now: ask again)
         self._got_split = True
+        self._batch.fetched(len(reply.splits), time.monotonic())
+        if self._dealt:
+            self._splits.extend(reply.splits)
+            return
         for repetition, lo, hi in reply.splits:
             base = key(repetition, 0)
             if self._handed is not None:
                 self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
-        self._batch.fetched(len(reply.splits), time.monotonic())
 
     def _ask(self) -> m.GetSplitReply:
         """One split request (retried as the same request until answered)."""
@@ -145,14 +173,18 @@ class RemoteSplitProvider(SplitProvider):
             repetition=self._repetition,
             task_id=self._task_id,
             max_splits=self._batch.size(time.monotonic()),
+            counts=self._counts,
         )
         reply = self._call(request)
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
+        width = 5 if self._dealt else 3
         if not isinstance(reply, m.GetSplitReply) or any(
-            len(split) != 3 for split in reply.splits
+            len(split) != width for split in reply.splits
         ):
             raise UnavailableError(f"malformed split reply from {self._dispatcher}")
+        self._counts = []
+        self.released = max(self.released, reply.released)
         return reply
 
     def _call(self, request: m.GetSplit) -> m.Message:
@@ -205,8 +237,11 @@ class TaskRunner:
         same_host: bool = False,
     ) -> None:
         self.task_id = task.task_id
-        tracked = task.exactly_once and task.processing_mode == ShardingPolicy.DYNAMIC
+        dynamic = task.processing_mode == ShardingPolicy.DYNAMIC
+        tracked = task.exactly_once and dynamic and not task.dealt
         self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES, tracked)
+        self.dealt = DealtBuffer(BUFFER_ITEMS, BUFFER_BYTES) if task.dealt else None
+        """Multi-rank reads: the output by split and index (``dealt.py``)."""
         self.tracked = tracked
         """Whether replies say what their elements stand for (exactly once)."""
         self.cache: SlidingWindowCache[Raw | Encoded] | None = (
@@ -244,6 +279,8 @@ class TaskRunner:
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
         self.share.discard(self.buffer)
+        if self.dealt is not None:
+            self.dealt.clear()
 
     def drain(self) -> None:
         """Stops producing without ending the task (its worker is leaving).
@@ -265,7 +302,8 @@ class TaskRunner:
         An exactly-once task's undelivered keys go to other workers, and in
         the other modes each worker makes its own copy or shard anyway.
         """
-        if self.tracked or self._task.processing_mode != ShardingPolicy.DYNAMIC:
+        dynamic = self._task.processing_mode == ShardingPolicy.DYNAMIC
+        if self.tracked or self.dealt is not None or not dynamic:
             return True
         if not (self.left or self.ended):
             return False
@@ -279,6 +317,8 @@ class TaskRunner:
     @property
     def drained(self) -> bool:
         """Whether everything the task will ever produce has been taken."""
+        if self.dealt is not None:
+            return self.dealt.finished
         return self.cache is None and self.buffer.finished
 
     @property
@@ -306,7 +346,9 @@ class TaskRunner:
         }
 
     @property
-    def _sink(self) -> TaskBuffer | SlidingWindowCache[Raw | Encoded]:
+    def _sink(self) -> TaskBuffer | DealtBuffer | SlidingWindowCache[Raw | Encoded]:
+        if self.dealt is not None:
+            return self.dealt
         return self.buffer if self.cache is None else self.cache
 
     def _produce(self) -> None:
@@ -328,7 +370,11 @@ class TaskRunner:
                     self._keys,
                     self.buffer.handed if self.tracked else None,
                     self._draining,
+                    dealt=self.dealt is not None,
                 )
+                if self.dealt is not None:
+                    self._produce_dealt(root, provider)
+                    return
                 ctx = IterContext(
                     split_source=find_split_source(root),
                     split_provider=provider,
@@ -366,21 +412,54 @@ class TaskRunner:
                 self._sink.finish(error)
             self._wake(self.task_id)
 
-    def _put(self, element: Any, lineage: Lineage) -> None:
+    def _produce_dealt(self, root: Node, provider: RemoteSplitProvider) -> None:
+        """Runs the pipeline on each split alone: its elements go under their index."""
+        assert self.dealt is not None
+        source = find_split_source(root)
+        while (split := provider.next_dealt()) is not None:
+            self.dealt.release(provider.released)
+            _, lo, hi, ordinal, skip = split
+            self.dealt.open(ordinal, skip)
+            one = ListSplitProvider([[lo, hi]])
+            iterator = make_iterator(root, IterContext(source, one))
+            count = 0
+            try:
+                for element in iterator:
+                    if self._stop.is_set():
+                        raise Cancelled
+                    if count >= skip:
+                        item, size = self._item(element)
+                        self.dealt.put(ordinal, count, item, size, self._stop)
+                        if size > INLINE_BYTES:
+                            self.compression.resume()
+                    count += 1
+                    self._wake(self.task_id)
+            finally:
+                iterator.close()
+            self.dealt.end(ordinal, count)
+            provider.counted(ordinal, count)
+            self._wake(self.task_id)
+        self.dealt.release(provider.released)
+
+    def _item(self, element: Any) -> tuple[Raw | Encoded, int]:
+        """A buffer item for ``element`` (large ones encoded here), and its size."""
         element, size = retained.compact(element)
-        large = size > INLINE_BYTES
-        item: Raw | Encoded
-        if not large:
-            item = Raw(element)
-        else:  # shared memory is never compressed
-            item = self.share.encode(element) or Encoded(
-                self.compression.encode(element, size)
-            )
+        if size <= INLINE_BYTES:
+            return Raw(element), size
+        # shared memory is never compressed
+        item = self.share.encode(element) or Encoded(
+            self.compression.encode(element, size)
+        )
+        return item, size
+
+    def _put(self, element: Any, lineage: Lineage) -> None:
+        item, size = self._item(element)
+        sink = self.buffer if self.cache is None else self.cache
         if (
             self.buffer.put(item, size, self._stop, lineage)
             if self.tracked
-            else self._sink.put(item, size, self._stop)
+            else sink.put(item, size, self._stop)
         ):
             self._wake(self.task_id)
-        if large:
+        if size > INLINE_BYTES:
             self.compression.resume()

@@ -1,0 +1,324 @@
+"""``DealPlan``: a multi-rank read, one consumer's turn of every round (pure).
+
+The job's tokens (``_wire/deal.py``) are dealt in turn: this consumer, index
+``r`` of ``R``, takes the dealt indices ``r, r+R, r+2R, …`` of the
+iteration's ``Stream``. To ask for one it needs the token's split and index
+there, which needs the split's offset: the sum of the counts of the splits
+before it. The dispatcher says which task holds each split ordinal
+(``IterationState.deal``); the workers say how many elements each split made
+(``Elements.produced``, ``ended``, ``counts``). So the plan walks the splits
+in order, asking each holder for exactly its own elements, a window ahead of
+the trainer. An index asked for past its split's end comes back unanswered and
+is asked again once the next split's offset is known.
+
+An element goes to the trainer once its whole round is known to exist: the
+last round of an epoch, if incomplete, goes to nobody, so every consumer
+gets ``E // R`` elements of an epoch of ``E``. When a worker is lost its
+splits move to other tasks and are made again, the same elements in the same
+order: the plan asks the new holder for what it still lacks.
+
+>>> from zmqdata._client.core import ReadOptions
+>>> plan = DealPlan(ReadOptions("s", "1", 1, "j", None, None, "AUTO", 1, 2))
+>>> plan.deal_position()
+[1, 0, 0]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from zmqdata._client.core import ReadCore, ReadOptions, Task
+from zmqdata._client.credit import decode_elements
+from zmqdata._wire import deal
+from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import Ranges
+from zmqdata.errors import InvalidArgumentError, from_code
+
+DEFAULT_WINDOW = 128
+"""Elements asked for ahead of the trainer when max_outstanding_requests is unset."""
+MAX_BATCH_BYTES = 256 * 2**20
+"""The window shrinks so that at most this many decoded bytes are asked ahead."""
+REQUESTS_PER_TASK = 4
+"""Requests in flight per task (a worker parks at most 8 per peer and task)."""
+
+
+@dataclass
+class _Request:
+    task_id: int
+    ordinal: int
+    wanted: dict[int, int]
+    """Index in the split -> dealt index."""
+
+
+@dataclass
+class Epoch:
+    """What this consumer knows of the epoch's splits."""
+
+    total: int = 0
+    """How many split ordinals the epoch has."""
+    start: int = 0
+    stream: deal.Stream = field(default_factory=deal.Stream)
+    owners: dict[int, int] = field(default_factory=dict)
+    offsets: dict[int, int] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+    produced: dict[int, int] = field(default_factory=dict)
+
+    def counted(self, ordinal: int, count: int) -> None:
+        """Split ``ordinal`` made ``count`` elements; later offsets follow."""
+        self.counts[ordinal] = count
+        self.produced[ordinal] = count
+        q = ordinal
+        while q in self.offsets and q in self.counts and q + 1 not in self.offsets:
+            self.offsets[q + 1] = self.offsets[q] + self.counts[q]
+            q += 1
+
+    def locate(self, token: int) -> tuple[int, int] | None:
+        """``(ordinal, index)`` of ``token``; None while the split is not known."""
+        candidates = [
+            q for q, off in self.offsets.items() if off <= token and q < self.total
+        ]
+        if not candidates:
+            return None
+        q = max(candidates)
+        count = self.counts.get(q)
+        if count is not None and token >= self.offsets[q] + count:
+            return None  # past the epoch's end, or the next offset is missing
+        return q, token - self.offsets[q]
+
+    def known_tokens(self) -> int:
+        """Tokens known to exist: the furthest split's offset plus what it made."""
+        return max(
+            (self.offsets[q] + self.produced.get(q, 0) for q in self.offsets),
+            default=0,
+        )
+
+    def dealt_total(self) -> int | None:
+        """How many tokens the epoch deals, once every split's count is known."""
+        end = self.offsets.get(self.total)
+        return None if end is None else self.stream.index_of(end)
+
+
+class DealPlan:
+    """Reads one dealt job as consumer ``consumer_index`` of ``num_consumers``."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        assert options.consumer_index is not None
+        assert options.num_consumers is not None
+        self._index = options.consumer_index
+        self._consumers = options.num_consumers
+        self._window = options.max_outstanding_requests or DEFAULT_WINDOW
+        self.epoch = Epoch()
+        self._started = False
+        self._next_ask = 0  # this consumer's k-th element: dealt r + k*R
+        self._next_deliver = 0
+        self._retry: list[int] = []  # k's asked for, to ask again
+        self._requests: dict[int, _Request] = {}
+        self._ids = itertools.count(1)
+        self._arrived: dict[int, tuple[Any, int, int]] = {}
+        """k -> (element, ordinal, offset of that split)."""
+        self._sizes: list[int] = []
+
+    # ------------------------------------------------------------ dispatcher
+
+    def current_round(self) -> int | None:
+        return None
+
+    def deal_position(self) -> list[int]:
+        """``[consumer_index, ordinal, index]`` of the first element not received."""
+        k = self._next_deliver
+        while k in self._arrived:
+            k += 1
+        if self._total_mine() is not None and k >= (self._total_mine() or 0):
+            return [self._index, max(self.epoch.total, 1), 0]
+        token = self.epoch.stream.token_at(self._dealt(k))
+        at = self.epoch.locate(token)
+        if at is None:
+            known = [q for q in self.epoch.offsets if self.epoch.offsets[q] <= token]
+            q = max(known, default=self.epoch.start)
+            return [self._index, min(q, self.epoch.total), 0]
+        return [self._index, *at]
+
+    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+        """Follows the epoch's split holders (the first state sets the epoch)."""
+        info = state.deal
+        try:
+            owners = [int(v) for v in info.get("owners", [])]
+            if not self._started:
+                stream = [int(v) for v in info["stream"]]
+                self.epoch.total = int(info["splits"])
+                self.epoch.start = int(info["start"])
+                self.epoch.stream = deal.Stream(stream[0], Ranges(stream[1:]))
+                self.epoch.offsets[self.epoch.start] = stream[0]
+                self._started = True
+        except (KeyError, TypeError, ValueError, IndexError):
+            core.fail(InvalidArgumentError(f"malformed deal state {info!r:.200}"))
+            return
+        self.epoch.owners = dict(zip(owners[::2], owners[1::2], strict=False))
+        for request_id, request in list(self._requests.items()):
+            if request.task_id not in core.tasks:  # lost: its splits move
+                self._take_back(request_id)
+        self._deliver(core)
+
+    def forget(self, task: Task) -> None:
+        """The task's requests will not be answered: ask for them again."""
+        for request_id, request in list(self._requests.items()):
+            if request.task_id == task.task_id:
+                self._take_back(request_id)
+
+    def _take_back(self, request_id: int) -> None:
+        request = self._requests.pop(request_id)
+        self._retry += [self._mine(d) for d in request.wanted.values()]
+
+    # ------------------------------------------------------------ workers
+
+    def request_more(self, core: ReadCore, now: float) -> None:
+        """Asks each split's holder for this consumer's elements of it, a window ahead."""
+        if not self._started or core.done:
+            return
+        wanted = sorted(set(self._retry))
+        self._retry = []
+        limit = self._next_deliver + self._window_now()
+        while self._next_ask < limit:
+            wanted.append(self._next_ask)
+            self._next_ask += 1
+        by_split: dict[int, dict[int, int]] = {}
+        for k in wanted:
+            at = self._where(k)
+            if at is None:
+                self._retry.append(k)
+                continue
+            by_split.setdefault(at[0], {})[at[1]] = self._dealt(k)
+        in_flight: dict[int, int] = {}
+        for request in self._requests.values():
+            in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
+        for ordinal in sorted(by_split):
+            indices = by_split[ordinal]
+            task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
+            if task is None or not self._may_ask(core, task, in_flight, now):
+                self._retry += [self._mine(d) for d in indices.values()]
+                continue
+            self._send(core, task, ordinal, indices)
+            in_flight[task.task_id] = in_flight.get(task.task_id, 0) + 1
+        core.counters.starved = (
+            not self._requests and self._next_deliver not in self._arrived
+        )
+
+    @staticmethod
+    def _may_ask(
+        core: ReadCore, task: Task, in_flight: dict[int, int], now: float
+    ) -> bool:
+        """Whether ``task`` may take another request now."""
+        if in_flight.get(task.task_id, 0) >= REQUESTS_PER_TASK or task.retry_at > now:
+            return False
+        return not core.links.lost(task.endpoint)
+
+    def _window_now(self) -> int:
+        """The window in elements, smaller for large ones (by the last sizes seen)."""
+        if not self._sizes:
+            return min(self._window, 8)
+        average = max(1, sum(self._sizes) // len(self._sizes))
+        return max(1, min(self._window, MAX_BATCH_BYTES // average))
+
+    def _where(self, k: int) -> tuple[int, int] | None:
+        """Where this consumer's ``k``-th element is: its split and index there."""
+        if k in self._arrived:
+            return None
+        return self.epoch.locate(self.epoch.stream.token_at(self._dealt(k)))
+
+    def _send(
+        self, core: ReadCore, task: Task, ordinal: int, indices: dict[int, int]
+    ) -> None:
+        request_id = next(self._ids)
+        ordered = sorted(indices)
+        request = m.GetElements(
+            request_id=request_id,
+            task_id=task.task_id,
+            client_id=core.client_id,
+            max_elements=len(ordered),
+            ticket=task.ticket,
+            split=ordinal,
+            indices=ordered,
+        )
+        if not core.transport.to_worker(task.endpoint, request):
+            self._retry += [self._mine(d) for d in indices.values()]
+            return
+        self._requests[request_id] = _Request(task.task_id, ordinal, indices)
+
+    def on_elements(
+        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
+    ) -> None:
+        """Takes what a split's holder sent, and what it says of its splits."""
+        request = self._requests.pop(header.request_id, None)
+        if request is None:
+            return  # a request taken back (its task was lost)
+        task = core.tasks.get(request.task_id)
+        if task is not None:
+            task.backoff.reset()
+        elements, nbytes = decode_elements(header, parts)
+        if elements:
+            self._sizes = [*self._sizes[-63:], max(1, nbytes // len(elements))]
+        epoch = self.epoch
+        for i in range(0, len(header.counts) - 1, 2):
+            epoch.counted(header.counts[i], header.counts[i + 1])
+        if header.ended:
+            epoch.counted(request.ordinal, header.produced)
+        else:
+            epoch.produced[request.ordinal] = max(
+                epoch.produced.get(request.ordinal, 0), header.produced
+            )
+        offset = epoch.offsets.get(request.ordinal, 0)
+        for index, element in zip(header.indices, elements, strict=False):
+            dealt = request.wanted.pop(index, None)
+            if dealt is not None:
+                self._arrived[self._mine(dealt)] = (element, request.ordinal, offset)
+        self._retry += [self._mine(d) for d in request.wanted.values()]
+        self._deliver(core)
+
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+        """``NOT_FOUND``: the holder has not started the task (or the split moved)."""
+        request = self._requests.pop(error.request_id, None)
+        if request is None:
+            return
+        if error.code != "NOT_FOUND":
+            core.fail(from_code(error.code, error.message))
+            return
+        self._retry += [self._mine(d) for d in request.wanted.values()]
+        task = core.tasks.get(request.task_id)
+        if task is not None:
+            task.retry_later(now)
+
+    # ------------------------------------------------------------ the trainer
+
+    def _deliver(self, core: ReadCore) -> None:
+        """Hands out, in order, the elements whose round is complete; ends at the end."""
+        total = self._total_mine()
+        known = self.epoch.stream.index_of(self.epoch.known_tokens())
+        run, anchors = [], []
+        while self._next_deliver in self._arrived:
+            k = self._next_deliver
+            if total is not None and k >= total:
+                break
+            round_end = (k + 1) * self._consumers
+            if total is None and known < round_end:
+                break  # the last round may be incomplete: wait to know
+            element, ordinal, offset = self._arrived.pop(k)
+            run.append(element)
+            anchors += [ordinal, offset]
+            self._next_deliver += 1
+        if run:
+            core.deliver_dealt(run, anchors)
+        if total is not None and self._next_deliver >= total:
+            core.end()
+
+    def _total_mine(self) -> int | None:
+        """How many elements this consumer gets this epoch, once known."""
+        total = self.epoch.dealt_total()
+        return None if total is None else total // self._consumers
+
+    def _dealt(self, k: int) -> int:
+        return self._index + k * self._consumers
+
+    def _mine(self, dealt: int) -> int:
+        return (dealt - self._index) // self._consumers
