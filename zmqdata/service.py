@@ -19,6 +19,7 @@ from zmqdata._client.api import (
     get_status,
     register_dataset,
 )
+from zmqdata._client.position import merge_positions
 from zmqdata._config import DispatcherConfig, WorkerConfig
 from zmqdata._dataset.constants import SHARD_HINT
 from zmqdata._dispatcher.server import DispatchServer
@@ -36,5 +37,6 @@ __all__ = [
     "distribute",
     "from_dataset_id",
     "get_status",
+    "merge_positions",
     "register_dataset",
 ]

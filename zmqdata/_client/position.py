@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zmqdata._client.core import ReadOptions
+from zmqdata._dataset import saved
 from zmqdata._wire import deal
 from zmqdata._wire.lineage import Coverage, Ranges
 from zmqdata._wire.modes import ShardingPolicy
@@ -172,3 +173,61 @@ def resume_of(options: ReadOptions, state: Any) -> deal.Resume:
             f"seed={options.seed!r}: the order would not continue"
         )
     return deal.resume_of(state)
+
+
+def merge_positions(states: Sequence[bytes]) -> bytes:
+    """The job's position from every consumer's ``save()`` of a multi-rank read.
+
+    Each state is an iterator's position: the consumer's share of the job
+    (``deal.DealtPosition``) wherever it sits in the pipeline's position. The
+    rest of the positions (ops after ``distribute``) must be equal, as they
+    are when every consumer saved at the same step.
+    """
+    if isinstance(states, bytes | str) or not isinstance(states, Sequence):
+        raise TypeError(
+            f"merge_positions takes a list of save() results, got {type(states).__name__}"
+        )
+    decoded = [saved.decode(state) for state in states]
+    found = [_position_in(state) for state in decoded]
+    merged = deal.merge([position for _, position in found])
+    outsides = {
+        saved.encode(_replaced(s, path, None))
+        for s, (path, _) in zip(decoded, found, strict=True)
+    }
+    if len(outsides) > 1:
+        raise InvalidArgumentError(
+            "the states differ outside the service read (ops after distribute "
+            "hold different positions): save every consumer at the same step"
+        )
+    return saved.encode(_replaced(decoded[0], found[0][0], merged))
+
+
+def _position_in(state: Any, path: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], Any]:
+    """Where in ``state`` a multi-rank position sits, and the position."""
+    if deal.is_position(state):
+        return path, state
+    children: Any = ()
+    if isinstance(state, dict):
+        children = state.items()
+    elif isinstance(state, list | tuple):
+        children = enumerate(state)
+    for key, child in children:
+        try:
+            return _position_in(child, (*path, key))
+        except InvalidArgumentError:
+            continue
+    raise InvalidArgumentError(
+        "not the save() of a multi-rank read (distributed_epoch with num_consumers)"
+    )
+
+
+def _replaced(state: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """``state`` with the value at ``path`` replaced (copies along the path only)."""
+    if not path:
+        return value
+    key, rest = path[0], path[1:]
+    if isinstance(state, dict):
+        return {**state, key: _replaced(state[key], rest, value)}
+    copy = list(state)
+    copy[key] = _replaced(state[key], rest, value)
+    return type(state)(copy) if isinstance(state, tuple) else copy
