@@ -175,7 +175,7 @@ def resume_of(options: ReadOptions, state: Any) -> deal.Resume:
     return deal.resume_of(state)
 
 
-def merge_positions(states: Sequence[bytes]) -> bytes:
+def merge_positions(states: Sequence[Any]) -> bytes:
     """The job's position from every consumer's ``save()`` of a multi-rank read.
 
     Each state is an iterator's position: the consumer's share of the job

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zmqdata._dataset.node import Node
-from zmqdata._dispatcher import model
+from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._dispatcher.samples import Rate, WorkerSample
 from zmqdata._dispatcher.splits import Splits
 from zmqdata._version import __version__
+from zmqdata._wire import deal
+from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
 
 
@@ -144,13 +145,15 @@ def _worker(
 
 
 def _split_progress(
-    source: Node | None, job: model.Job, iterations: list[model.Iteration]
+    dataset: model.Dataset, job: model.Job, iterations: list[model.Iteration]
 ) -> dict[str, int] | None:
     """DYNAMIC jobs: splits handed out of the current pass, over all iterations."""
+    source = dataset.split_source
     if job.processing_mode != ShardingPolicy.DYNAMIC or source is None:
         return None
     try:
-        total = Splits.of(source).count()
+        splits = dealing.splits_of(dataset) if job.dealt else Splits.of(source)
+        total = splits.count()
     except Exception:  # status must not fail on an odd source
         return None
     return {
@@ -169,6 +172,40 @@ def _lost_keys(iterations: list[model.Iteration]) -> dict[str, int]:
     }
 
 
+def _dealt(
+    dataset: model.Dataset, job: model.Job, iterations: list[model.Iteration]
+) -> dict[str, Any]:
+    """Multi-rank reads: the running iteration's epoch, elements and dropped tail.
+
+    ``undelivered``: the elements of the last, incomplete round, which no
+    consumer gets (known once every split's count is; else None).
+    """
+    iteration = max(iterations, key=lambda i: i.repetition, default=None)
+    if iteration is None:
+        return {"seed": job.seed, "epoch": None}
+    total = dealing.splits_of(dataset).count()
+    counted = {
+        q: c for q, c in iteration.split_counts.items() if q >= iteration.deal_start
+    }
+    elements = undelivered = None
+    if len(counted) >= total - iteration.deal_start:
+        end = iteration.deal_stream[0] + sum(counted.values())
+        stream = deal.Stream(
+            iteration.deal_stream[0], Ranges(iteration.deal_stream[1:])
+        )
+        elements = stream.index_of(end)
+        undelivered = elements % (job.num_consumers or 1)
+    return {
+        "seed": job.seed,
+        "epoch": iteration.deal_epoch,
+        "splits_counted": len(counted),
+        "splits": total - iteration.deal_start,
+        "elements": elements,
+        "undelivered": undelivered,
+        "consumers_done": len(iteration.done_consumers),
+    }
+
+
 def _eta_s(splits: dict[str, int] | None, served: Rate) -> float | None:
     """Seconds left, if the splits not handed out yet are like those that were.
 
@@ -184,12 +221,18 @@ def _eta_s(splits: dict[str, int] | None, served: Rate) -> float | None:
 
 def _job(records: ClusterRecords, job: model.Job, served: Rate) -> dict[str, Any]:
     iterations = [records.iterations[i] for i in job.iterations.values()]
-    source = records.datasets[job.dataset_id].split_source
-    splits = _split_progress(source, job, iterations)
+    dataset = records.datasets[job.dataset_id]
+    splits = _split_progress(dataset, job, iterations)
     finished = bool(iterations) and all(i.finished for i in iterations)
     return {
         **({} if splits is None else {"splits": splits}),
-        **({"lost_keys": _lost_keys(iterations)} if job.exactly_once else {}),
+        **(
+            {"lost_keys": _lost_keys(iterations)}
+            if job.exactly_once and not job.dealt
+            else {}
+        ),
+        **({"dealt": _dealt(dataset, job, iterations)} if job.dealt else {}),
+        "seed": job.seed,
         "job_id": job.job_id,
         "job_name": job.name,
         "dataset_id": job.dataset_id,
