@@ -212,6 +212,12 @@ def check_job(
             "processing_mode distributed_epoch and an int >= 0"
         )
     if dealing.is_dealt(msg.processing_mode, msg.num_consumers, dataset.cardinality):
+        if msg.target_workers.upper() == "LOCAL":
+            raise InvalidArgumentError(
+                "a multi-rank read (num_consumers with distributed_epoch) deals "
+                "every worker's elements to every consumer: it cannot read with "
+                "target_workers='LOCAL'"
+            )
         dealing.check_pipeline(
             graph.deserialize(dataset.pipeline, load_functions=False)
         )
