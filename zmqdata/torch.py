@@ -20,7 +20,13 @@ Who reads what:
 * a *service* pipeline (``distribute`` / ``from_dataset_id``) is not sharded
   here: the service does it. Each ``DataLoader`` worker (in each rank) is one
   consumer of the job, so give the job a ``job_name`` shared by all of them and
-  use ``"distributed_epoch"`` to read every element once overall.
+  use ``"distributed_epoch"`` to read every element once overall. On a finite
+  dataset, when there are several readers and the read names no
+  ``num_consumers``, the adapter fills in ``num_consumers=world_size *
+  num_workers`` and ``consumer_index=rank * num_workers + worker_id``: a
+  multi-rank read, where every reader gets the same number of elements (so
+  every rank takes the same number of steps) and, with a ``seed``, the same
+  elements in every run (``IterableDataset.consumers_of``).
 
 Checkpoints: ``state_dict()`` / ``load_state_dict()`` (the stateful data
 loader convention) save and restore the position of the read running in this
@@ -28,6 +34,11 @@ process, so a training loop checkpoints its input with its model and resumes
 mid-epoch (``examples/resume_training.py``). Read with ``num_workers=0``
 (the service does the parallel work), or with torchdata's
 ``StatefulDataLoader``, which asks each ``DataLoader`` worker.
+
+Under DDP, ``gather_state_dict(source)`` all-gathers every rank's position
+of a multi-rank read and merges them into the job's position: load it on any
+number of ranks, with a fresh ``job_name``, to resume
+(``examples/ddp_resume.py``).
 
 A full example is ``IterableDataset``'s docstring and ``docs/frameworks.md``.
 """
@@ -40,12 +51,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from zmqdata._dataset.constants import INFINITE_CARDINALITY
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.node import Node
+from zmqdata._wire.modes import ShardingPolicy
+from zmqdata.errors import InvalidArgumentError
 
 _MISSING = "zmqdata.torch needs PyTorch: pip install zmqdata[torch]"
 
-__all__ = ["IterableDataset", "to_torch"]
+__all__ = ["IterableDataset", "gather_state_dict", "to_torch"]
 
 try:
     import torch
@@ -106,6 +120,47 @@ def _convert(value: Any) -> Any:
 def _uses_service(node: Node) -> bool:
     """Whether the pipeline reads from the service (an op ``data_service`` in it)."""
     return any(n.op == "data_service" for n in node.walk())
+
+
+def _takes_consumers(node: Node) -> bool:
+    """Whether ``node`` is a service read the adapter makes a multi-rank read.
+
+    A finite ``distributed_epoch`` read of a named job, tracked
+    (``exactly_once``), that names no ``num_consumers`` and no cross-trainer
+    cache: the one read whose consumers would otherwise split the elements
+    first come first served.
+    """
+    args = node.args
+    return (
+        node.op == "data_service"
+        and args.get("processing_mode") == int(ShardingPolicy.DYNAMIC)
+        and args.get("job_name") is not None
+        and args.get("num_consumers") is None
+        and args.get("trainer_id") is None
+        and args.get("exactly_once", True)
+        and args.get("cardinality") != INFINITE_CARDINALITY
+    )
+
+
+def _with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
+    """``node`` with ``num_consumers``/``consumer_index`` set on its open reads.
+
+    Only the nodes from the root down to such a read are rebuilt (fresh nodes,
+    so the caller's dataset is left as it was); the rest is shared.
+    """
+    inputs = tuple(
+        _with_consumers(child, num_consumers, consumer_index) for child in node.inputs
+    )
+    if _takes_consumers(node):
+        args = {
+            **node.args,
+            "num_consumers": num_consumers,
+            "consumer_index": consumer_index,
+        }
+        return Node(node.op, args, inputs)
+    if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
+        return node
+    return Node(node.op, node.args, inputs)
 
 
 def _start_at_epoch(dataset: Dataset, epoch: int) -> None:
@@ -214,11 +269,19 @@ def _make_class() -> type:
             """The iterator of the pass running in this process (its position)."""
             self._resume_from: bytes | None = None
             """A position from ``load_state_dict`` the next pass starts at."""
-            self.passes = multiprocessing.get_context("spawn").Value("q", 0)
+            context = multiprocessing.get_context("spawn")
+            self.passes = context.Value("q", 0)
             """Passes started by every reader of this adapter, shared across the
             ``DataLoader``'s worker processes (also when fresh ones start each
             epoch): ``passes // readers`` is the epoch, and a named job's
             iteration k is read on epoch k."""
+            self.running = context.Value("q", 0)
+            """Passes running now in any process (``gather_state_dict`` tells a
+            read in ``DataLoader`` workers from no read)."""
+            self._dealt: tuple[tuple[int, int], Dataset] | None = None
+            """The source with ``num_consumers`` filled in, and for which
+            ``(num_consumers, consumer_index)``: kept, so a dataset read again
+            next epoch keeps its pass counts."""
 
         def _dataset(self) -> Dataset:
             if isinstance(self.source, Dataset):
@@ -245,6 +308,39 @@ def _make_class() -> type:
                 (num_shards, self.rank * workers + worker) if num_shards > 1 else None
             )
 
+        def consumers_of(self, dataset: Dataset) -> tuple[int, int] | None:
+            """``(num_consumers, consumer_index)`` this reader fills in, or None.
+
+            Filled in on a finite ``distributed_epoch`` read of a named job
+            that names no ``num_consumers`` (nor a cross-trainer cache, nor
+            ``exactly_once=False``), when there are several readers
+            (``world_size * num_workers > 1``) and ``shard`` is None:
+            ``(world_size * num_workers, rank * num_workers + worker_id)``.
+            """
+            if self.shard is not None:
+                return None
+            if not any(_takes_consumers(n) for n in dataset._node.walk()):
+                return None
+            info = torch.utils.data.get_worker_info()
+            workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+            readers = self.world_size * workers
+            return (readers, self.rank * workers + worker) if readers > 1 else None
+
+        def _with_consumers(self, dataset: Dataset) -> Dataset:
+            consumers = self.consumers_of(dataset)
+            if consumers is None:
+                return dataset
+            if (
+                self._dealt is not None
+                and self._dealt[0] == consumers
+                and isinstance(self.source, Dataset)
+            ):
+                return self._dealt[1]
+            dealt = Dataset(_with_consumers(dataset._node, *consumers))
+            if isinstance(self.source, Dataset):
+                self._dealt = (consumers, dealt)
+            return dealt
+
         def _epoch(self) -> int:
             """This reader's epoch: every reader starts one pass per epoch."""
             info = torch.utils.data.get_worker_info()
@@ -256,20 +352,37 @@ def _make_class() -> type:
 
         def __iter__(self) -> Iterator[Any]:
             dataset = self._dataset()
+            consumers = self.consumers_of(dataset)
+            dataset = self._with_consumers(dataset)
             _start_at_epoch(dataset, self._epoch())
             shard = self.shard_of(dataset)
             if shard is not None:
                 dataset = dataset.shard(*shard)
-            with iter(dataset) as iterator:
+            try:
+                iterator = iter(dataset)
+            except InvalidArgumentError as error:
+                if consumers is None:
+                    raise
+                raise InvalidArgumentError(
+                    f"{error} (zmqdata.torch.IterableDataset reads this job as "
+                    f"consumer_index={consumers[1]} of num_consumers={consumers[0]}: "
+                    "world_size * DataLoader workers; pass shard=False to read "
+                    "it first come first served)"
+                ) from error
+            with iterator:
                 if self._resume_from is not None:
                     iterator.restore(self._resume_from)
                     self._resume_from = None
+                with self.running.get_lock():
+                    self.running.value += 1
                 self._live = iterator
                 try:
                     for element in iterator:
                         yield _convert(element)
                 finally:
                     self._live = None
+                    with self.running.get_lock():
+                        self.running.value -= 1
 
         def state_dict(self) -> dict[str, Any]:
             """The position of the pass running in this process, to checkpoint.
@@ -297,6 +410,7 @@ def _make_class() -> type:
             state = dict(self.__dict__)
             state["source"] = _dump(self.source)
             state["_live"] = None
+            state["_dealt"] = None
             return state
 
         def __setstate__(self, state: dict[str, Any]) -> None:
@@ -313,6 +427,128 @@ def _make_class() -> type:
     IterableDataset.__module__ = __name__
     IterableDataset.__qualname__ = "IterableDataset"
     return IterableDataset
+
+
+def _local_entry(source: Any) -> dict[str, Any]:
+    """What this rank contributes to ``gather_state_dict``: its position, or why not."""
+    if not isinstance(source, IterableDataset):
+        return {
+            "error": "TypeError",
+            "message": "gather_state_dict needs the zmqdata.torch.IterableDataset "
+            f"the loop reads, got {type(source).__name__}",
+        }
+    position = source.state_dict()["position"]
+    if position is None and source.running.value > 0:
+        return {
+            "error": "ValueError",
+            "message": "the read runs in DataLoader worker processes, where "
+            "its position is: read with num_workers=0 (the service runs the "
+            "pipeline in parallel) to checkpoint with gather_state_dict",
+        }
+    return {"position": position, "pending": source._live is None}
+
+
+def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
+    """The position of a DDP run's multi-rank read, merged from every rank.
+
+    Call it on every rank at the same step (it is a collective: it
+    all-gathers each rank's ``source.state_dict()`` over ``group``, by default
+    torch.distributed's default process group) and save what it returns with
+    the model. Every rank gets the same ``{"position": bytes}``:
+    ``service.merge_positions`` of the ranks' positions, the job's position.
+    To resume, any number of ranks each build the same pipeline with a
+    **fresh** ``job_name`` and call ``load_state_dict`` with it before
+    iterating: together they read exactly the elements no rank had consumed,
+    dealt equally, and with a ``seed`` in the order the saved run would have
+    gone on with.
+
+    ``source`` is the ``IterableDataset`` the loop reads, with
+    ``num_workers=0``, over a multi-rank read: ``distribute("distributed_epoch",
+    job_name=..., num_consumers=world_size, consumer_index=rank)``, which the
+    adapter fills in when ``num_consumers`` is not given. Between passes
+    (every rank's pass ended, or none started) the result is ``{"position":
+    None}``: the next pass starts afresh.
+
+    Raises ``ValueError`` when torch.distributed is not initialized or when
+    the ranks cannot be merged (a rank has no position while others have one,
+    some ranks have started after a ``load_state_dict`` and others not), and
+    ``TypeError`` when ``source`` is not an ``IterableDataset``; every rank
+    raises, naming the rank at fault. A position that is not a multi-rank
+    read's raises ``zmqdata.errors.InvalidArgumentError`` (a ``ValueError``).
+
+    Example (on each of the ranks, after ``init_process_group``)::
+
+        ds = (
+            zd.Dataset.range(10_000)
+            .apply(service.distribute(
+                "distributed_epoch", dispatcher, job_name=run_id, seed=0))
+            .batch(32)
+        )
+        source = zmqdata.torch.IterableDataset(ds)  # num_consumers filled in
+        loader = torch.utils.data.DataLoader(source, batch_size=None)
+        for step, batch in enumerate(loader, start=1):
+            ...
+            if step % 100 == 0:
+                state = {"model": model.state_dict(),
+                         "input": zmqdata.torch.gather_state_dict(source)}
+                if torch.distributed.get_rank() == 0:
+                    torch.save(state, "checkpoint.pt")
+
+        # resuming, on any number of ranks, with a new run_id:
+        source.load_state_dict(torch.load("checkpoint.pt")["input"])
+    """
+    _needs_torch()
+    from zmqdata._client.position import merge_positions
+
+    distributed = torch.distributed
+    if not (distributed.is_available() and distributed.is_initialized()):
+        raise ValueError(
+            "gather_state_dict all-gathers over torch.distributed, which is not "
+            "initialized (torch.distributed.is_initialized() is False): call "
+            "torch.distributed.init_process_group first, or save "
+            "source.state_dict() in a single-process run"
+        )
+    entry = _local_entry(source)
+    entries: list[Any] = [None] * distributed.get_world_size(group)
+    distributed.all_gather_object(entries, entry, group=group)
+    # Every rank holds every entry now: each raises the same error (no hang).
+    if "error" in entry:
+        error_type = TypeError if entry["error"] == "TypeError" else ValueError
+        raise error_type(entry["message"])
+    for rank, other in enumerate(entries):
+        if "error" in other:
+            raise ValueError(
+                f"gather_state_dict failed on rank {rank}: {other['message']}"
+            )
+    positions = [other["position"] for other in entries]
+    missing = [rank for rank, position in enumerate(positions) if position is None]
+    if len(missing) == len(positions):
+        return {"position": None}
+    if missing:
+        raise ValueError(
+            f"ranks {missing} have no position (no pass running, position=None) "
+            f"while ranks {sorted(set(range(len(positions))) - set(missing))} have "
+            "one: call gather_state_dict on every rank at the same step of a pass"
+        )
+    pending = [rank for rank, other in enumerate(entries) if other["pending"]]
+    if pending:
+        if len(pending) == len(entries) and len(set(positions)) == 1:
+            return {"position": positions[0]}  # loaded, not started: as loaded
+        raise ValueError(
+            f"ranks {pending} hold a position from load_state_dict they have not "
+            "started from, while the others are reading: call gather_state_dict "
+            "on every rank at the same step"
+        )
+    try:
+        merged = merge_positions(positions)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(
+            f"gather_state_dict cannot merge the {len(positions)} ranks' positions: "
+            f"{error}; it needs a multi-rank read (distributed_epoch, a job_name, "
+            "num_consumers=world_size and consumer_index=rank, which "
+            "IterableDataset fills in) read with num_workers=0"
+        ) from error
+    return {"position": merged}
 
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ def test_an_end_of_sequence_acknowledges_the_keys_the_task_dropped() -> None:
     [request] = reader.sent.take()
     reader.reply(request, [], end=True, lineage=[5, 9])
     assert heartbeat(reader).acked == [[1, 5, 9]]
-    assert reader.sent.trainer[-1] == ([], 0, [5, 9], [])
+    assert reader.sent.trainer[-1] == ([], 0, [5, 9], [], [])
 
 
 def test_a_dropped_task_is_fenced_by_the_next_heartbeat_with_its_acks() -> None:

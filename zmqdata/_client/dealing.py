@@ -19,12 +19,13 @@ order: the plan asks the new holder for what it still lacks.
 
 >>> from zmqdata._client.core import ReadOptions
 >>> plan = DealPlan(ReadOptions("s", "1", 1, "j", None, None, "AUTO", 1, 2))
->>> plan.deal_position()
-[1, 0, 0]
+>>> plan.deal_position()  # nothing known before the first IterationState
+[]
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,9 @@ MAX_BATCH_BYTES = 256 * 2**20
 """The window shrinks so that at most this many decoded bytes are asked ahead."""
 REQUESTS_PER_TASK = 4
 """Requests in flight per task (a worker parks at most 8 per peer and task)."""
+RETRY_S = 0.01
+"""Elements waiting on a busy task, or on a split whose holder is not known
+yet, are asked for again after this (the latter with a heartbeat)."""
 
 
 @dataclass
@@ -54,14 +58,22 @@ class _Request:
 
 @dataclass
 class Epoch:
-    """What this consumer knows of the epoch's splits."""
+    """What this consumer knows of the epoch's splits.
+
+    >>> epoch = Epoch(total=3, offsets=[10])
+    >>> epoch.counted(1, 4); epoch.locate(12), epoch.offsets
+    ((0, 2), [10])
+    >>> epoch.counted(0, 3); epoch.locate(14), epoch.offsets, epoch.dealt_total()
+    ((1, 1), [10, 13, 17], None)
+    """
 
     total: int = 0
     """How many split ordinals the epoch has."""
     start: int = 0
     stream: deal.Stream = field(default_factory=deal.Stream)
     owners: dict[int, int] = field(default_factory=dict)
-    offsets: dict[int, int] = field(default_factory=dict)
+    offsets: list[int] = field(default_factory=lambda: [0])
+    """The offsets of splits ``start, start+1, …`` as far as they are known."""
     counts: dict[int, int] = field(default_factory=dict)
     produced: dict[int, int] = field(default_factory=dict)
 
@@ -69,35 +81,29 @@ class Epoch:
         """Split ``ordinal`` made ``count`` elements; later offsets follow."""
         self.counts[ordinal] = count
         self.produced[ordinal] = count
-        q = ordinal
-        while q in self.offsets and q in self.counts and q + 1 not in self.offsets:
-            self.offsets[q + 1] = self.offsets[q] + self.counts[q]
-            q += 1
+        last = self.start + len(self.offsets) - 1
+        while last in self.counts and last < self.total:
+            self.offsets.append(self.offsets[-1] + self.counts[last])
+            last += 1
 
     def locate(self, token: int) -> tuple[int, int] | None:
         """``(ordinal, index)`` of ``token``; None while the split is not known."""
-        candidates = [
-            q for q, off in self.offsets.items() if off <= token and q < self.total
-        ]
-        if not candidates:
-            return None
-        q = max(candidates)
-        count = self.counts.get(q)
-        if count is not None and token >= self.offsets[q] + count:
-            return None  # past the epoch's end, or the next offset is missing
-        return q, token - self.offsets[q]
+        i = bisect.bisect_right(self.offsets, token) - 1
+        q = self.start + i
+        if i < 0 or q >= self.total:
+            return None  # before the stream, or past the epoch's end
+        return q, token - self.offsets[i]
 
     def known_tokens(self) -> int:
         """Tokens known to exist: the furthest split's offset plus what it made."""
-        return max(
-            (self.offsets[q] + self.produced.get(q, 0) for q in self.offsets),
-            default=0,
-        )
+        last = self.start + len(self.offsets) - 1
+        return self.offsets[-1] + self.produced.get(last, 0)
 
     def dealt_total(self) -> int | None:
         """How many tokens the epoch deals, once every split's count is known."""
-        end = self.offsets.get(self.total)
-        return None if end is None else self.stream.index_of(end)
+        if self.start + len(self.offsets) - 1 < self.total:
+            return None
+        return self.stream.index_of(self.offsets[-1])
 
 
 class DealPlan:
@@ -119,6 +125,10 @@ class DealPlan:
         self._arrived: dict[int, tuple[Any, int, int]] = {}
         """k -> (element, ordinal, offset of that split)."""
         self._sizes: list[int] = []
+        self._news = False
+        """Something was learnt (counts, holders): waiting elements may be asked."""
+        self._retry_at = float("inf")
+        self._state_due = 0.0
 
     # ------------------------------------------------------------ dispatcher
 
@@ -126,7 +136,12 @@ class DealPlan:
         return None
 
     def deal_position(self) -> list[int]:
-        """``[consumer_index, ordinal, index]`` of the first element not received."""
+        """``[consumer_index, ordinal, index]`` of the first element not received.
+
+        Empty before the epoch is known (nothing to report yet).
+        """
+        if not self._started:
+            return []
         k = self._next_deliver
         while k in self._arrived:
             k += 1
@@ -135,8 +150,7 @@ class DealPlan:
         token = self.epoch.stream.token_at(self._dealt(k))
         at = self.epoch.locate(token)
         if at is None:
-            known = [q for q in self.epoch.offsets if self.epoch.offsets[q] <= token]
-            q = max(known, default=self.epoch.start)
+            q = self.epoch.start + len(self.epoch.offsets) - 1  # not known yet
             return [self._index, min(q, self.epoch.total), 0]
         return [self._index, *at]
 
@@ -150,7 +164,7 @@ class DealPlan:
                 self.epoch.total = int(info["splits"])
                 self.epoch.start = int(info["start"])
                 self.epoch.stream = deal.Stream(stream[0], Ranges(stream[1:]))
-                self.epoch.offsets[self.epoch.start] = stream[0]
+                self.epoch.offsets = [stream[0]]
                 self._started = True
         except (KeyError, TypeError, ValueError, IndexError):
             core.fail(InvalidArgumentError(f"malformed deal state {info!r:.200}"))
@@ -159,6 +173,7 @@ class DealPlan:
         for request_id, request in list(self._requests.items()):
             if request.task_id not in core.tasks:  # lost: its splits move
                 self._take_back(request_id)
+        self._news = True
         self._deliver(core)
 
     def forget(self, task: Task) -> None:
@@ -170,19 +185,35 @@ class DealPlan:
     def _take_back(self, request_id: int) -> None:
         request = self._requests.pop(request_id)
         self._retry += [self._mine(d) for d in request.wanted.values()]
+        self._news = True
 
     # ------------------------------------------------------------ workers
 
     def request_more(self, core: ReadCore, now: float) -> None:
-        """Asks each split's holder for this consumer's elements of it, a window ahead."""
+        """Asks each split's holder for this consumer's elements of it, a window ahead.
+
+        The window counts what the trainer has not consumed yet, so a slow
+        trainer holds the read back (``counters.starved`` then asks it to wake
+        the fetcher). Elements that could not be asked for wait for news (a
+        reply, a new state) or a retry time.
+        """
         if not self._started or core.done:
             return
-        wanted = sorted(set(self._retry))
-        self._retry = []
-        limit = self._next_deliver + self._window_now()
-        while self._next_ask < limit:
-            wanted.append(self._next_ask)
-            self._next_ask += 1
+        counters = core.counters
+        buffered = counters.received - counters.consumed
+        limit = self._next_deliver + self._window_now() - buffered
+        counters.starved = self._next_ask >= limit
+        wanted = list(range(self._next_ask, max(self._next_ask, limit)))
+        self._next_ask = max(self._next_ask, limit)
+        if self._news or now >= self._retry_at:
+            wanted = sorted({*self._retry, *wanted})
+            self._retry, self._news = [], False
+            self._retry_at = float("inf")
+        if wanted:
+            self._ask(core, wanted, now)
+
+    def _ask(self, core: ReadCore, wanted: list[int], now: float) -> None:
+        """Sends what can be asked for of ``wanted`` (k's); the rest waits."""
         by_split: dict[int, dict[int, int]] = {}
         for k in wanted:
             at = self._where(k)
@@ -193,17 +224,20 @@ class DealPlan:
         in_flight: dict[int, int] = {}
         for request in self._requests.values():
             in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
+        unowned = False
         for ordinal in sorted(by_split):
             indices = by_split[ordinal]
             task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
             if task is None or not self._may_ask(core, task, in_flight, now):
+                unowned = unowned or task is None
                 self._retry += [self._mine(d) for d in indices.values()]
+                self._retry_at = min(self._retry_at, now + RETRY_S)
                 continue
             self._send(core, task, ordinal, indices)
             in_flight[task.task_id] = in_flight.get(task.task_id, 0) + 1
-        core.counters.starved = (
-            not self._requests and self._next_deliver not in self._arrived
-        )
+        if unowned and now >= self._state_due:  # a split handed out lately
+            self._state_due = now + RETRY_S
+            core.heartbeat(now)
 
     @staticmethod
     def _may_ask(
@@ -243,6 +277,7 @@ class DealPlan:
         )
         if not core.transport.to_worker(task.endpoint, request):
             self._retry += [self._mine(d) for d in indices.values()]
+            self._news = True
             return
         self._requests[request_id] = _Request(task.task_id, ordinal, indices)
 
@@ -268,12 +303,13 @@ class DealPlan:
             epoch.produced[request.ordinal] = max(
                 epoch.produced.get(request.ordinal, 0), header.produced
             )
-        offset = epoch.offsets.get(request.ordinal, 0)
+        offset = epoch.offsets[request.ordinal - epoch.start]
         for index, element in zip(header.indices, elements, strict=False):
             dealt = request.wanted.pop(index, None)
             if dealt is not None:
                 self._arrived[self._mine(dealt)] = (element, request.ordinal, offset)
         self._retry += [self._mine(d) for d in request.wanted.values()]
+        self._news = True
         self._deliver(core)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
@@ -285,6 +321,7 @@ class DealPlan:
             core.fail(from_code(error.code, error.message))
             return
         self._retry += [self._mine(d) for d in request.wanted.values()]
+        self._news = True
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.retry_later(now)
