@@ -306,6 +306,12 @@ class DataLoop(PollLoop):
 
     def _serve_dealt(self, request: Request, runner: TaskRunner | None) -> bool:
         """A multi-rank read's request for indices of one split (``dealt.py``)."""
+        if runner is not None and runner.dealt is None:
+            text = (
+                f"task {runner.task_id} is not a multi-rank task: ask without a split"
+            )
+            self._reply_error(request, "INVALID_ARGUMENT", text)
+            return True
         decision = dealt.answer(request[2], None if runner is None else runner.dealt)
         if isinstance(decision, serving.Refuse):
             self._reply_error(request, decision.code, decision.text)
