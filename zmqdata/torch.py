@@ -218,8 +218,12 @@ def _make_class() -> type:
             world_size: the number of ranks; default ``torch.distributed``'s
                 when it is initialized, else 1.
             shard: whether to shard the pipeline between ranks and workers.
-                ``None`` (default): yes for a local pipeline, no for one that
-                reads from the service (the service shards that).
+                ``None`` (default): yes for a local pipeline; for one that
+                reads from the service, the service shards it, and a finite
+                ``distributed_epoch`` read of a named job without
+                ``num_consumers`` gets ``num_consumers`` and
+                ``consumer_index`` filled in (``consumers_of``). ``False``:
+                neither (a first-come-first-served read stays one).
 
         Batch in zmqdata and pass ``batch_size=None`` to the ``DataLoader``:
 
@@ -275,9 +279,10 @@ def _make_class() -> type:
             ``DataLoader``'s worker processes (also when fresh ones start each
             epoch): ``passes // readers`` is the epoch, and a named job's
             iteration k is read on epoch k."""
-            self.running = context.Value("q", 0)
+            self.running = context.Value("q", 0, lock=False)
             """Passes running now in any process (``gather_state_dict`` tells a
-            read in ``DataLoader`` workers from no read)."""
+            read in ``DataLoader`` workers from no read); under ``passes``'s
+            lock (one semaphore per adapter is enough)."""
             self._dealt: tuple[tuple[int, int], Dataset] | None = None
             """The source with ``num_consumers`` filled in, and for which
             ``(num_consumers, consumer_index)``: kept, so a dataset read again
@@ -373,7 +378,7 @@ def _make_class() -> type:
                 if self._resume_from is not None:
                     iterator.restore(self._resume_from)
                     self._resume_from = None
-                with self.running.get_lock():
+                with self.passes.get_lock():
                     self.running.value += 1
                 self._live = iterator
                 try:
@@ -381,7 +386,7 @@ def _make_class() -> type:
                         yield _convert(element)
                 finally:
                     self._live = None
-                    with self.running.get_lock():
+                    with self.passes.get_lock():
                         self.running.value -= 1
 
         def state_dict(self) -> dict[str, Any]:

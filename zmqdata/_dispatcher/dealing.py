@@ -26,12 +26,12 @@ from typing import Any
 from zmqdata._dataset.node import Node
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
-from zmqdata._dispatcher.splits import Splits
+from zmqdata._dispatcher.splits import Splits, answered_before
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
-from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+from zmqdata.errors import InvalidArgumentError
 
 _WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
 _WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
@@ -162,14 +162,8 @@ def answer(
     every consumer already has); then fresh ordinals in the seeded order. A
     request sent again gets the same splits.
     """
-    last = task.last_split
-    if last is not None and request.request_id <= last[0]:
-        if request.request_id < last[0]:
-            raise FailedPreconditionError(
-                f"split request {request.request_id} of task {task.task_id} was "
-                "superseded by a later one"
-            )
-        _, _, ordinal, count, *again = last
+    if task.last_split is not None and answered_before(task, request):
+        _, _, ordinal, count, *again = task.last_split
         return _reply(splits, job, iteration, request, ordinal, count, again), None
     if iteration.lost_splits:
         ordinal = iteration.lost_splits[0]

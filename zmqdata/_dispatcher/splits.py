@@ -93,13 +93,7 @@ class Splits:
         resumed read's ``done`` (a split all done is skipped), and the event
         carries the keys handed.
         """
-        last = task.last_split
-        if last is not None and request.request_id <= last[0]:
-            if request.request_id < last[0]:
-                raise FailedPreconditionError(
-                    f"split request {request.request_id} of task {task.task_id} was "
-                    "superseded by a later one"
-                )
+        if answered_before(task, request):
             return self._reply(request, self._again(iteration, task)), None
         if iteration.pending:
             keys = Ranges(iteration.pending).take(request.max_splits * self.size)
@@ -196,6 +190,22 @@ class Splits:
     @staticmethod
     def _reply(request: m.GetSplit, splits: list[list[int]]) -> m.GetSplitReply:
         return m.GetSplitReply(request_id=request.request_id, splits=splits)
+
+
+def answered_before(task: model.Task, request: m.GetSplit) -> bool:
+    """Whether ``request`` was answered already (a retry gets the same splits).
+
+    An older request than the last answered is refused: it was superseded.
+    """
+    last = task.last_split
+    if last is None or request.request_id > last[0]:
+        return False
+    if request.request_id < last[0]:
+        raise FailedPreconditionError(
+            f"split request {request.request_id} of task {task.task_id} was "
+            "superseded by a later one"
+        )
+    return True
 
 
 def keys_of(splits: Sequence[Sequence[int]]) -> Ranges:
