@@ -343,6 +343,23 @@ def test_the_resume_training_example_reads_every_example_once_across_a_crash(
     assert "each exactly once across the crash" in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_ddp_resume_example_reads_every_example_once_across_4_then_3_ranks(
+    torch: Any,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/ddp_resume.py"],
+        capture_output=True,
+        text=True,
+        timeout=140,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "OK: 4800 examples, each exactly once" in done.stdout
+    assert "every rank the same number of steps" in done.stdout
+
+
 def zmqdata_torch() -> Any:
     import zmqdata.torch
 

@@ -125,10 +125,11 @@ def _uses_service(node: Node) -> bool:
 def _takes_consumers(node: Node) -> bool:
     """Whether ``node`` is a service read the adapter makes a multi-rank read.
 
-    A finite ``distributed_epoch`` read of a named job, tracked
-    (``exactly_once``), that names no ``num_consumers`` and no cross-trainer
-    cache: the one read whose consumers would otherwise split the elements
-    first come first served.
+    A finite ``distributed_epoch`` read of a named job that names no
+    ``num_consumers``, no cross-trainer cache and not
+    ``target_workers="LOCAL"`` (which a multi-rank read refuses): the read
+    whose consumers would otherwise split the elements first come first
+    served.
     """
     args = node.args
     return (
@@ -137,7 +138,7 @@ def _takes_consumers(node: Node) -> bool:
         and args.get("job_name") is not None
         and args.get("num_consumers") is None
         and args.get("trainer_id") is None
-        and args.get("exactly_once", True)
+        and args.get("target_workers") != "LOCAL"
         and args.get("cardinality") != INFINITE_CARDINALITY
     )
 
@@ -318,7 +319,7 @@ def _make_class() -> type:
 
             Filled in on a finite ``distributed_epoch`` read of a named job
             that names no ``num_consumers`` (nor a cross-trainer cache, nor
-            ``exactly_once=False``), when there are several readers
+            ``target_workers="LOCAL"``), when there are several readers
             (``world_size * num_workers > 1``) and ``shard`` is None:
             ``(world_size * num_workers, rank * num_workers + worker_id)``.
             """
