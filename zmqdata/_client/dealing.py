@@ -37,8 +37,9 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError, from_code
 
-DEFAULT_WINDOW = 128
-"""Elements asked for ahead of the trainer when max_outstanding_requests is unset."""
+DEFAULT_WINDOW = 1024
+"""Elements asked for ahead of the trainer when max_outstanding_requests is unset
+(several splits' worth, so every worker holding one is asked at once)."""
 MAX_BATCH_BYTES = 256 * 2**20
 """The window shrinks so that at most this many decoded bytes are asked ahead."""
 REQUESTS_PER_TASK = 4
@@ -94,6 +95,15 @@ class Epoch:
             return None  # before the stream, or past the epoch's end
         return q, token - self.offsets[i]
 
+    def span(self, ordinal: int) -> tuple[int, int, int]:
+        """``(ordinal, first token, end)`` of a split whose offset is known.
+
+        The end is unknown, so infinite, while the split's count is.
+        """
+        i = ordinal - self.start
+        end = self.offsets[i + 1] if i + 1 < len(self.offsets) else 2**63
+        return ordinal, self.offsets[i], end
+
     def known_tokens(self) -> int:
         """Tokens known to exist: the furthest split's offset plus what it made."""
         last = self.start + len(self.offsets) - 1
@@ -129,6 +139,10 @@ class DealPlan:
         """Something was learnt (counts, holders): waiting elements may be asked."""
         self._retry_at = float("inf")
         self._state_due = 0.0
+        self._holders: dict[int, int] = {}
+        """Split ordinal -> the task seen holding it (unreleased splits)."""
+        self._moved: dict[int, int] = {}
+        """Splits made again by a new task, to tell what this consumer has."""
 
     # ------------------------------------------------------------ dispatcher
 
@@ -170,11 +184,67 @@ class DealPlan:
             core.fail(InvalidArgumentError(f"malformed deal state {info!r:.200}"))
             return
         self.epoch.owners = dict(zip(owners[::2], owners[1::2], strict=False))
+        self._note_holders()
         for request_id, request in list(self._requests.items()):
             if request.task_id not in core.tasks:  # lost: its splits move
                 self._take_back(request_id)
         self._news = True
         self._deliver(core)
+
+    def _note_holders(self) -> None:
+        """Splits that moved to another task (made again) get a ``have`` notice."""
+        for ordinal, task_id in self.epoch.owners.items():
+            seen = self._holders.get(ordinal)
+            if seen is not None and seen != task_id:
+                self._moved[ordinal] = task_id
+            self._holders[ordinal] = task_id
+        lowest = min(self.epoch.owners, default=None)
+        if lowest is not None:  # the splits below are released: forget them
+            for ordinal in [q for q in self._holders if q < lowest]:
+                del self._holders[ordinal]
+
+    def _tell_moved(self, core: ReadCore) -> None:
+        """Tells each new holder of a split made again what this consumer has of it.
+
+        So that it does not keep those elements, which nobody will ask for.
+        """
+        for ordinal, task_id in list(self._moved.items()):
+            task = core.tasks.get(task_id)
+            if task is None:
+                continue
+            del self._moved[ordinal]
+            have = self._received_in(ordinal)
+            if not have:
+                continue
+            request = m.GetElements(
+                request_id=next(self._ids),
+                task_id=task_id,
+                client_id=core.client_id,
+                max_elements=1,
+                ticket=task.ticket,
+                split=ordinal,
+                have=have,
+            )
+            if core.transport.to_worker(task.endpoint, request):
+                self._requests[request.request_id] = _Request(task_id, ordinal, {})
+
+    def _received_in(self, ordinal: int) -> list[int]:
+        """The indices of split ``ordinal`` this consumer has received."""
+        if ordinal - self.epoch.start >= len(self.epoch.offsets):
+            return []  # not reached: nothing of it was asked for
+        _, lo, hi = self.epoch.span(ordinal)
+        stream = self.epoch.stream
+        first = self._mine(stream.index_of(lo) + self._consumers - 1)
+        have = []
+        for k in itertools.count(max(0, first)):
+            if k >= self._next_ask:
+                break
+            token = stream.token_at(self._dealt(k))
+            if token >= hi:
+                break
+            if lo <= token and (k < self._next_deliver or k in self._arrived):
+                have.append(token - lo)
+        return have
 
     def forget(self, task: Task) -> None:
         """The task's requests will not be answered: ask for them again."""
@@ -199,9 +269,15 @@ class DealPlan:
         """
         if not self._started or core.done:
             return
+        if self._moved:
+            self._tell_moved(core)
         counters = core.counters
         buffered = counters.received - counters.consumed
         limit = self._next_deliver + self._window_now() - buffered
+        if self._next_deliver in self._arrived and not self._requests:
+            # Held back until its round is known complete: keep one request
+            # out past it, whose answer says how far the split has got.
+            limit = max(limit, self._next_deliver + 2)
         counters.starved = self._next_ask >= limit
         wanted = list(range(self._next_ask, max(self._next_ask, limit)))
         self._next_ask = max(self._next_ask, limit)
@@ -215,12 +291,20 @@ class DealPlan:
     def _ask(self, core: ReadCore, wanted: list[int], now: float) -> None:
         """Sends what can be asked for of ``wanted`` (k's); the rest waits."""
         by_split: dict[int, dict[int, int]] = {}
+        span: tuple[int, int, int] | None = None  # the last split found: q, lo, hi
         for k in wanted:
-            at = self._where(k)
-            if at is None:
-                self._retry.append(k)
+            if k in self._arrived:
                 continue
-            by_split.setdefault(at[0], {})[at[1]] = self._dealt(k)
+            dealt = self._dealt(k)
+            token = self.epoch.stream.token_at(dealt)
+            if span is None or not span[1] <= token < span[2]:
+                at = self.epoch.locate(token)
+                if at is None:
+                    self._retry.append(k)
+                    span = None
+                    continue
+                span = self.epoch.span(at[0])
+            by_split.setdefault(span[0], {})[token - span[1]] = dealt
         in_flight: dict[int, int] = {}
         for request in self._requests.values():
             in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
@@ -254,12 +338,6 @@ class DealPlan:
             return min(self._window, 8)
         average = max(1, sum(self._sizes) // len(self._sizes))
         return max(1, min(self._window, MAX_BATCH_BYTES // average))
-
-    def _where(self, k: int) -> tuple[int, int] | None:
-        """Where this consumer's ``k``-th element is: its split and index there."""
-        if k in self._arrived:
-            return None
-        return self.epoch.locate(self.epoch.stream.token_at(self._dealt(k)))
 
     def _send(
         self, core: ReadCore, task: Task, ordinal: int, indices: dict[int, int]

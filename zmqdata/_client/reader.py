@@ -24,7 +24,7 @@ from typing import Any
 
 import zmq
 
-from zmqdata._client import rpc
+from zmqdata._client import dealing, rpc
 from zmqdata._client.core import (
     END,
     Counters,
@@ -139,6 +139,8 @@ class Fetcher(PollLoop):
         self._claims = Claims()
         self.waker = Waker()
         self.tick_s = min(0.05, settings.heartbeat_s)
+        if state.deal:  # elements may wait on a split's holder: learn it soon
+            self.tick_s = min(self.tick_s, dealing.RETRY_S)
 
     # ------------------------------------------------------------ transport
 

@@ -107,12 +107,30 @@ def whole_batch(root: Node) -> int | None:
     return None
 
 
+class _Ranges(Splits):
+    """Splits as plain index ranges of ``size`` (files too: several per split)."""
+
+    def _length(self) -> int:
+        return int(self.source.definition.cardinality(self.source, []))
+
+    def count(self) -> int:
+        return -(-self._length() // self.size)
+
+    def at(self, index: int) -> list[int]:
+        lo = index * self.size
+        return [lo, min(lo + self.size, self._length())]
+
+
 def splits_of(dataset: model.Dataset) -> Splits:
-    """A dealt job's splits: sized so that batches before ``distribute`` fill up."""
+    """A dealt job's splits: index ranges sized so that batches fill up.
+
+    A multiple of ``whole_batch``: ``list_files`` splits then hold several
+    files each, where other reads take one file per split.
+    """
     assert dataset.split_source is not None
     splits = Splits.of(dataset.split_source)
     batch = dataset.whole_batch or 1
-    return Splits(splits.source, max(1, -(-splits.size // batch)) * batch)
+    return _Ranges(splits.source, max(1, -(-splits.size // batch)) * batch)
 
 
 def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:

@@ -328,7 +328,7 @@ class DispatcherState:
         tasks = self.records.worker_tasks.get(worker_id, {}).values()
         iteration_ids = sorted({task.iteration_id for task in tasks})
         self.apply(ev.WorkerRemoved(worker_id))
-        return [push for i in iteration_ids for push in self._recover(i)]
+        return [push for i in iteration_ids for push in self._recover(i, lost=True)]
 
     def _collect_iterations(self, now: float) -> None:
         """Job GC: drops unfinished iterations nobody read for ``job_gc_timeout_ms``.
@@ -820,19 +820,24 @@ class DispatcherState:
         self.apply(ev.TaskFinished(task.task_id))
         return self._recover(task.iteration_id)
 
-    def _recover(self, iteration_id: int) -> list[Outgoing]:
+    def _recover(self, iteration_id: int, lost: bool = False) -> list[Outgoing]:
         """Exactly once: a new task for keys to hand out again, if none would.
 
         Needed when every task of the iteration is finished or lost: the
         least busy live worker that serves the job gets one (none: the next
-        worker to register does).
+        worker to register does). Multi-rank reads get one at every loss
+        (``lost``): the other tasks may be stopped by full buffers of later
+        splits, which no reader can place before the lost ones are made.
         """
         iteration = self.records.iterations.get(iteration_id)
         if (
             iteration is None
             or not (iteration.pending or iteration.lost_splits)
             or not self._running(iteration)
-            or not all(task.finished for task in iteration.tasks.values())
+        ):
+            return []
+        if not (lost and iteration.lost_splits) and not all(
+            task.finished for task in iteration.tasks.values()
         ):
             return []
         workers = self._serving(self.records.jobs[iteration.job_id])

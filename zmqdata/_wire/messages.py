@@ -351,6 +351,9 @@ class GetElements(Message):
     """Multi-rank reads: the split ordinal asked for (``indices`` in it)."""
     indices: list[int] = field(default_factory=list)
     """Multi-rank reads: the split's elements wanted, ascending."""
+    have: list[int] = field(default_factory=list)
+    """Multi-rank reads: elements of the split this consumer has already (a
+    split made again after a worker was lost): the worker need not keep them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

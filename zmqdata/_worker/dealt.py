@@ -9,11 +9,14 @@ consumer knows which tokens are its own, the worker only what it made.
 the dispatcher released (every consumer is past them) are dropped.
 
 >>> buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
->>> buffer.open(3, skip=0)
+>>> buffer.open(3, skip=0)  # True would mean: a parked request waits for it
+False
 >>> request = m.GetElements(task_id=1, client_id=1, max_elements=2, split=3, indices=[1])
 >>> answer(request, buffer) is None  # element 1 is not made yet: park
 True
->>> buffer.put(3, 0, Raw("a"), 8); buffer.put(3, 1, Raw("b"), 8); buffer.end(3, 2)
+>>> buffer.put(3, 0, Raw("a"), 8), buffer.put(3, 1, Raw("b"), 8)  # 1 is awaited
+(False, True)
+>>> buffer.end(3, 2)
 >>> reply = answer(request, buffer)
 >>> [item.element for item in reply.items], reply.indices, reply.produced, reply.ended
 (['b'], [1], 2, True)
@@ -40,6 +43,8 @@ class _Split:
     items: dict[int, tuple[Raw | Encoded, int]] = field(default_factory=dict)
     produced: int = 0
     ended: bool = False
+    had: set[int] = field(default_factory=set)
+    """Indices consumers said they have (a split made again): not kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +68,26 @@ class DealtBuffer:
         self._items = self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
         self._released = 0
+        self._had_early: dict[int, set[int]] = {}
+        """``discard`` of a split not opened yet (kept until it is)."""
+        self._awaited: set[tuple[int, int]] = set()
+        """``(ordinal, index)`` a parked request waits for: its arrival wakes the loop."""
         self._cond = threading.Condition()
         self._done = False
         self.error: tuple[str, str] | None = None
 
     # ------------------------------------------------------------ producer
 
-    def open(self, ordinal: int, skip: int) -> None:
-        """Split ``ordinal`` is this task's; its first ``skip`` elements are not kept."""
+    def open(self, ordinal: int, skip: int) -> bool:
+        """Split ``ordinal`` is this task's; its first ``skip`` elements are not kept.
+
+        Returns whether a parked request waits for it (wake the data loop).
+        """
         with self._cond:
+            had = self._had_early.pop(ordinal, set())
             if ordinal >= self._released:
-                self._splits[ordinal] = _Split(skip)
+                self._splits[ordinal] = _Split(skip, had=had)
+            return (ordinal, -1) in self._awaited
 
     def put(
         self,
@@ -82,23 +96,72 @@ class DealtBuffer:
         item: Raw | Encoded,
         nbytes: int,
         stop: threading.Event | None = None,
-    ) -> None:
-        """Keeps element ``index`` of a split, waiting for room (``Cancelled`` on stop)."""
+    ) -> bool:
+        """Keeps element ``index`` of a split, waiting for room (``Cancelled`` on stop).
+
+        It does not wait while a parked request waits for something this
+        producer has not made yet: what the buffer holds then is not what
+        readers want first (elements of a split made again that they have,
+        a later split before an earlier one queued here), and waiting would
+        stop the read. The buffer then holds at most one split more.
+        Returns whether a parked request waits for this element (wake the
+        data loop).
+        """
         with self._cond:
-            while self._items and (
-                self._items >= self._max_items or self._bytes + nbytes > self._max_bytes
+            while (
+                self._items
+                and not self._awaited
+                and (
+                    self._items >= self._max_items
+                    or self._bytes + nbytes > self._max_bytes
+                )
             ):
                 if stop is not None and stop.is_set():
                     raise Cancelled
                 self._cond.wait(_WAIT_S)
             split = self._splits.get(ordinal)
             if split is None:  # released meanwhile
-                return
+                return False
             split.produced = index + 1
-            if index >= split.skip:
+            if index >= split.skip and index not in split.had:
                 split.items[index] = (item, nbytes)
                 self._items += 1
                 self._bytes += nbytes
+            if (ordinal, index) in self._awaited:
+                self._awaited.discard((ordinal, index))
+                return True
+            return False
+
+    def discard(self, ordinal: int, indices: list[int]) -> None:
+        """Consumers have these elements of a split made again: drop them."""
+        with self._cond:
+            split = self._splits.get(ordinal)
+            if split is None:  # not opened yet (a hostile peer fills no memory)
+                if ordinal >= self._released and len(self._had_early) < 64:
+                    early = self._had_early.setdefault(ordinal, set())
+                    early.update(indices[: max(0, self._max_items * 4 - len(early))])
+                return
+            for index in indices[: max(0, self._max_items * 4 - len(split.had))]:
+                entry = split.items.pop(index, None)
+                if entry is not None:
+                    self._items -= 1
+                    self._bytes -= entry[1]
+                elif index >= split.produced:
+                    split.had.add(index)
+            self._cond.notify_all()
+
+    def awaits(self, ordinal: int, index: int) -> bool:
+        """A request is parked until element ``index`` of split ``ordinal`` exists.
+
+        ``index`` -1: until the split is opened. Returns False, or True if it
+        arrived meanwhile (ask again: nothing will wake the request).
+        """
+        with self._cond:
+            split = self._splits.get(ordinal)
+            if split is not None and (index == -1 or index < split.produced):
+                return True
+            self._awaited.add((ordinal, index))
+            return False
 
     def end(self, ordinal: int, count: int) -> None:
         """Split ``ordinal`` made ``count`` elements."""
@@ -114,6 +177,9 @@ class DealtBuffer:
             self._released = max(self._released, below)
             for ordinal in [q for q in self._splits if q < below]:
                 self._drop(self._splits.pop(ordinal))
+            self._awaited = {a for a in self._awaited if a[0] >= below}
+            for ordinal in [q for q in self._had_early if q < below]:
+                del self._had_early[ordinal]
             self._cond.notify_all()
 
     def finish(self, error: tuple[str, str] | None) -> None:
@@ -162,6 +228,8 @@ class DealtBuffer:
             for split in self._splits.values():
                 self._drop(split)
             self._splits.clear()
+            self._awaited.clear()
+            self._had_early.clear()
             return dropped
 
     def _drop(self, split: _Split) -> None:
@@ -198,11 +266,17 @@ def answer(
     if buffer is None:
         return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
     indices = request.indices
-    if request.split < 0 or not indices or sorted(set(indices)) != indices:
+    wanted = bool(indices) and sorted(set(indices)) == indices
+    if request.split < 0 or not (wanted or (request.have and not indices)):
         return Refuse(
             "INVALID_ARGUMENT",
-            "a dealt read asks for a split (>= 0) and ascending distinct indices",
+            "a dealt read asks for a split (>= 0) and ascending distinct indices, "
+            "or says what it has of one",
         )
+    if request.have:
+        buffer.discard(request.split, request.have)
+    if not indices:
+        return DealtSend([], request.split, [], 0, False, buffer.counts())
     items, taken, split = buffer.take(request.split, indices)
     if split is None:
         if request.split < buffer.released or buffer.ended:
@@ -212,6 +286,8 @@ def answer(
                 "NOT_FOUND",
                 f"split {request.split} is not held by task {request.task_id}",
             )
+        if buffer.awaits(request.split, -1):
+            return answer(request, buffer)
         return None  # handed to this task, not opened by its producer yet
     if not items and indices[0] < split.produced:
         return Refuse(
@@ -225,4 +301,6 @@ def answer(
         )
     if buffer.ended and buffer.error is not None:
         return Refuse(*buffer.error)
+    if buffer.awaits(request.split, indices[0]):  # made meanwhile
+        return answer(request, buffer)
     return None

@@ -419,7 +419,8 @@ class TaskRunner:
         while (split := provider.next_dealt()) is not None:
             self.dealt.release(provider.released)
             _, lo, hi, ordinal, skip = split
-            self.dealt.open(ordinal, skip)
+            if self.dealt.open(ordinal, skip):
+                self._wake(self.task_id)
             one = ListSplitProvider([[lo, hi]])
             iterator = make_iterator(root, IterContext(source, one))
             count = 0
@@ -429,11 +430,11 @@ class TaskRunner:
                         raise Cancelled
                     if count >= skip:
                         item, size = self._item(element)
-                        self.dealt.put(ordinal, count, item, size, self._stop)
+                        if self.dealt.put(ordinal, count, item, size, self._stop):
+                            self._wake(self.task_id)
                         if size > INLINE_BYTES:
                             self.compression.resume()
                     count += 1
-                    self._wake(self.task_id)
             finally:
                 iterator.close()
             self.dealt.end(ordinal, count)
