@@ -26,7 +26,7 @@ from typing import Any
 from zmqdata._dataset.node import Node
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
-from zmqdata._dispatcher.splits import Splits, answered_before
+from zmqdata._dispatcher.splits import SPLITS_PER_PASS, Splits, answered_before
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
@@ -37,6 +37,10 @@ _WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
 _WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
 """Ops that count elements across the whole dataset: run per split, they
 would act on each split instead."""
+SPLIT_SIZE = (1, 4096)
+"""Elements per split of a dealt job: about ``SPLITS_PER_PASS`` splits, within
+these bounds. Larger than first-come reads' (256): each split costs a fresh
+pipeline iterator and, per consumer, a request for its share of it."""
 OWNERS_SHOWN = 1024
 """The most split owners an ``IterationState`` lists (from the lowest unreleased)."""
 
@@ -127,10 +131,12 @@ def splits_of(dataset: model.Dataset) -> Splits:
     A multiple of ``whole_batch``: ``list_files`` splits then hold several
     files each, where other reads take one file per split.
     """
-    assert dataset.split_source is not None
-    splits = Splits.of(dataset.split_source)
+    source = dataset.split_source
+    assert source is not None
+    length = source.definition.cardinality(source, [])
+    size = max(SPLIT_SIZE[0], min(SPLIT_SIZE[1], length // SPLITS_PER_PASS))
     batch = dataset.whole_batch or 1
-    return _Ranges(splits.source, max(1, -(-splits.size // batch)) * batch)
+    return _Ranges(source, max(1, -(-size // batch)) * batch)
 
 
 def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:

@@ -82,6 +82,8 @@ class Stream:
     def token_at(self, index: int) -> int:
         """The ``index``-th dealt token."""
         token = self.start + index
+        if not self.skip:
+            return token
         for lo, hi in self.skip.ranges():
             if hi <= self.start:
                 continue
@@ -92,6 +94,8 @@ class Stream:
 
     def index_of(self, token: int) -> int:
         """How many dealt tokens come before ``token``."""
+        if not self.skip:
+            return token - self.start
         skipped = 0
         for lo, hi in self.skip.ranges():
             lo, hi = max(lo, self.start), min(hi, token)
