@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import exactly_once, peers
+from bench import exactly_once, multirank, peers
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -325,6 +325,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "control": _control,
     "journal": _journal,
     "exactly_once": exactly_once.rows,
+    "multirank": multirank.rows,
 }
 
 
@@ -425,6 +426,10 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
     "exactly_once": ("Exactly once on against off", exactly_once.details),
+    "multirank": (
+        "Multi-rank reads: dealt against first come, first served",
+        multirank.details,
+    ),
 }
 
 

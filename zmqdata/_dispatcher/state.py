@@ -846,10 +846,12 @@ class DispatcherState:
         busy = self.records.worker_tasks
         worker = min(workers, key=lambda w: len(busy.get(w.worker_id, ())))
         logger.info(
-            "iteration %d: a new task on worker %s hands out %d lost keys again",
+            "iteration %d: a new task on worker %s hands out again %d lost keys, "
+            "%d lost splits",
             iteration_id,
             worker.worker_address,
             iteration.pending.count_keys(),
+            len(iteration.lost_splits),
         )
         return [self._push(self._create_task(iteration_id, worker.worker_id))]
 
