@@ -83,6 +83,7 @@ def test_text_lines_carry_the_tag():
 
 def test_log_level_warning_hides_info():
     port = free_port()
+
     def answers() -> bool:  # a loaded machine may take over 1 s to start it
         try:
             return bool(service.get_status(f"127.0.0.1:{port}", timeout_s=1))

@@ -151,6 +151,7 @@ class DealtProgress:
             stream=deal.Stream(stream[0], Ranges(stream[1:])),
             consumed=self._consumed,
             anchor=self._anchor,
+            job=options.job_name or "",
         ).to_state()
 
 

@@ -113,7 +113,8 @@ class DealtPosition:
 
     ``consumed``: how many elements it took (its dealt indices ``r, r+R, …``
     below ``r + consumed*R``). ``anchor``: ``(ordinal, offset)`` of a split
-    that starts at or before the first token it has not consumed.
+    that starts at or before the first token it has not consumed. ``job``:
+    the job's name (positions of two jobs alike do not merge).
     """
 
     dataset_id: str
@@ -124,6 +125,7 @@ class DealtPosition:
     stream: Stream
     consumed: int
     anchor: tuple[int, int]
+    job: str = ""
 
     def next_index(self) -> int:
         """The dealt index this consumer takes next."""
@@ -141,6 +143,7 @@ class DealtPosition:
             "stream": self.stream.to_wire(),
             "consumed": self.consumed,
             "anchor": list(self.anchor),
+            "job": self.job,
         }
 
     @classmethod
@@ -162,6 +165,7 @@ class DealtPosition:
                 stream=Stream(stream[0], Ranges(stream[1:])),
                 consumed=int(state["consumed"]),
                 anchor=(anchor[0], anchor[1]),
+                job=str(state.get("job", "")),
             )
         except (KeyError, IndexError, TypeError, ValueError) as error:
             raise InvalidArgumentError(
@@ -226,7 +230,7 @@ def merge(states: list[Any]) -> dict[str, Any]:
         raise InvalidArgumentError("merge_positions needs the states of every consumer")
     first = positions[0]
     for p in positions[1:]:
-        for name in ("dataset_id", "epoch", "seed", "num_consumers"):
+        for name in ("dataset_id", "job", "epoch", "seed", "num_consumers"):
             if getattr(p, name) != getattr(first, name):
                 raise InvalidArgumentError(
                     f"the states are of different reads: {name} "
@@ -255,7 +259,7 @@ def merge(states: list[Any]) -> dict[str, Any]:
     consumed.discard(0, offset)
     merged = DealtPosition(
         first.dataset_id, first.epoch, first.seed, 1, 0,
-        Stream(offset, consumed), 0, (ordinal, offset),
+        Stream(offset, consumed), 0, (ordinal, offset), first.job,
     )  # fmt: skip
     return merged.to_state()
 

@@ -87,7 +87,10 @@ class DealtBuffer:
             had = self._had_early.pop(ordinal, set())
             if ordinal >= self._released:
                 self._splits[ordinal] = _Split(skip, had=had)
-            return (ordinal, -1) in self._awaited
+            if (ordinal, -1) in self._awaited:
+                self._awaited.discard((ordinal, -1))
+                return True
+            return False
 
     def put(
         self,
@@ -170,6 +173,10 @@ class DealtBuffer:
             if split is not None:
                 split.produced, split.ended = count, True
             self._counts.append((ordinal, count))
+            # Requests parked past the end are answered with the count now.
+            self._awaited = {
+                (q, i) for q, i in self._awaited if q != ordinal or 0 <= i < count
+            }
 
     def release(self, below: int) -> None:
         """Drops the splits below ``below``: every consumer is past them."""

@@ -1,0 +1,461 @@
+"""Multi-rank reads on a worker: ``DealtBuffer`` and ``dealt.answer`` (no sockets)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from zmqdata._wire import messages as m
+from zmqdata._worker import dealt
+from zmqdata._worker.buffer import Cancelled, Encoded, Raw
+from zmqdata._worker.dealt import DealtBuffer, DealtSend, answer
+from zmqdata._worker.serving import Refuse
+
+pytestmark = pytest.mark.timeout(30)
+
+BLOCKED_S = 0.15
+"""How long a put that should block is watched not to return."""
+
+
+def request(split: int, *indices: int, task_id: int = 1) -> m.GetElements:
+    return m.GetElements(
+        task_id=task_id,
+        client_id=1,
+        max_elements=max(1, len(indices)),
+        split=split,
+        indices=list(indices),
+    )
+
+
+def filled(ordinal: int = 0, count: int = 4, skip: int = 0, end: bool = True) -> Any:
+    """A buffer holding split ``ordinal``'s elements ``f"{ordinal}.{i}"``."""
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(ordinal, skip)
+    for i in range(skip, count):
+        buffer.put(ordinal, i, Raw(f"{ordinal}.{i}"), 8)
+    if end:
+        buffer.end(ordinal, count)
+    return buffer
+
+
+def elements(send: Any) -> list[Any]:
+    assert isinstance(send, DealtSend), send
+    return [item.element for item in send.items]
+
+
+class Putter:
+    """``buffer.put`` on a thread: ``done`` once it returned, ``error`` if it raised."""
+
+    def __init__(self, put: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(put,), daemon=True)
+        self._thread.start()
+
+    def _run(self, put: Callable[[], None]) -> None:
+        try:
+            put()
+        except BaseException as error:
+            self.error = error
+
+    def blocked(self) -> bool:
+        self._thread.join(BLOCKED_S)
+        return self._thread.is_alive()
+
+    def done(self, timeout: float = 5.0) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+@pytest.fixture
+def stop() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # a put left blocked ends with Cancelled
+
+
+# ------------------------------------------------------------------ the buffer
+
+
+def test_elements_are_taken_by_split_and_index_in_any_order():
+    buffer = filled(count=4)
+    assert buffer.buffered() == (4, 32)
+    items, taken, split = buffer.take(0, [2, 3])
+    assert [i.element for i in items] == ["0.2", "0.3"]
+    assert taken == [2, 3]
+    assert split is not None
+    assert (split.produced, split.ended) == (4, True)
+    items, taken, _ = buffer.take(0, [0])
+    assert [i.element for i in items] == ["0.0"]
+    assert buffer.buffered() == (1, 8)
+    assert buffer.take(0, [0])[:2] == ([], [])  # taken once
+    assert buffer.take(5, [0]) == ([], [], None)  # not this buffer's split
+
+
+def test_take_returns_the_longest_run_that_is_made():
+    buffer = filled(count=3, end=False)
+    _, taken, _ = buffer.take(0, [1, 2, 3, 4])
+    assert taken == [1, 2]
+    _, taken, _ = buffer.take(0, [0, 2, 3])  # 2 is gone: the run stops
+    assert taken == [0]
+
+
+def test_skipped_elements_are_counted_not_kept():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    buffer.open(3, skip=2)
+    for i in range(4):
+        buffer.put(3, i, Raw(i), 8)
+    assert buffer.buffered() == (2, 16)
+    _, taken, split = buffer.take(3, [0, 1, 2])
+    assert taken == []
+    assert split is not None
+    assert split.produced == 4
+    assert buffer.take(3, [2, 3])[1] == [2, 3]
+
+
+def test_ended_splits_are_counted_latest_first_kept():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.end(0, 0)
+    buffer.end(7, 3)  # a split released meanwhile is still counted
+    assert buffer.counts() == [0, 0, 7, 3]
+    for q in range(dealt.COUNTS_TOLD + 5):
+        buffer.end(10 + q, q)
+    counts = buffer.counts()
+    assert len(counts) == 2 * dealt.COUNTS_TOLD
+    assert counts[-2:] == [10 + dealt.COUNTS_TOLD + 4, dealt.COUNTS_TOLD + 4]
+
+
+def test_release_drops_the_splits_below_and_ignores_them_later():
+    buffer = filled(0, count=3)
+    buffer.open(1, 0)
+    buffer.put(1, 0, Raw("1.0"), 8)
+    buffer.release(1)
+    assert buffer.released == 1
+    assert buffer.buffered() == (1, 8)
+    assert buffer.take(0, [0]) == ([], [], None)
+    buffer.open(0, 0)  # handed again after release: not kept
+    buffer.put(0, 0, Raw("late"), 8)
+    assert buffer.buffered() == (1, 8)
+    buffer.release(0)  # never goes back
+    assert buffer.released == 1
+
+
+def test_finish_and_clear():
+    buffer = filled(0, count=2, end=False)
+    assert not buffer.ended
+    assert not buffer.finished
+    buffer.finish(("INTERNAL", "boom"))
+    assert buffer.ended
+    assert buffer.finished
+    assert buffer.error == ("INTERNAL", "boom")
+    assert sorted(i.element for i in buffer.clear()) == ["0.0", "0.1"]
+    assert buffer.buffered() == (0, 0)
+
+
+def test_a_put_waits_for_room_by_count(stop):
+    buffer = DealtBuffer(max_items=2, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw(0), 8)
+    buffer.put(0, 1, Raw(1), 8)
+    putter = Putter(lambda: buffer.put(0, 2, Raw(2), 8, stop))
+    assert putter.blocked()
+    buffer.take(0, [0])
+    assert putter.done()
+    assert putter.error is None
+    assert buffer.buffered() == (2, 16)
+
+
+def test_a_put_waits_for_room_by_bytes_but_one_large_item_fits(stop):
+    buffer = DealtBuffer(max_items=100, max_bytes=100)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw(0), 1_000)  # an empty buffer takes anything
+    putter = Putter(lambda: buffer.put(0, 1, Raw(1), 10, stop))
+    assert putter.blocked()
+    buffer.take(0, [0])
+    assert putter.done()
+    assert putter.error is None
+
+
+def test_release_makes_room(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.open(1, 0)
+    buffer.put(0, 0, Raw(0), 8)
+    putter = Putter(lambda: buffer.put(1, 0, Raw(1), 8, stop))
+    assert putter.blocked()
+    buffer.release(1)
+    assert putter.done()
+    assert putter.error is None
+    assert buffer.take(1, [0])[1] == [0]
+
+
+def test_a_put_into_a_split_released_while_it_waited_keeps_nothing(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw(0), 8)
+    putter = Putter(lambda: buffer.put(0, 1, Raw(1), 8, stop))
+    assert putter.blocked()
+    buffer.release(1)
+    assert putter.done()
+    assert putter.error is None
+    assert buffer.buffered() == (0, 0)
+
+
+def test_a_waiting_put_is_cancelled_by_stop(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw(0), 8)
+    putter = Putter(lambda: buffer.put(0, 1, Raw(1), 8, stop))
+    assert putter.blocked()
+    stop.set()
+    assert putter.done()
+    assert isinstance(putter.error, Cancelled)
+    assert buffer.buffered() == (1, 8)
+
+
+# ------------------------------------------------------------------ answer
+
+
+def test_no_buffer_is_not_found():
+    assert answer(request(0, 0, task_id=9), None) == Refuse(
+        "NOT_FOUND", "task 9 is not on this worker"
+    )
+
+
+@pytest.mark.parametrize(
+    "bad", [request(-1, 0), request(0), request(0, 2, 1), request(0, 1, 1)]
+)
+def test_malformed_requests_are_invalid(bad):
+    decision = answer(bad, filled())
+    assert isinstance(decision, Refuse)
+    assert decision.code == "INVALID_ARGUMENT"
+
+
+def test_a_request_for_elements_not_made_yet_is_parked():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    assert answer(request(2, 0), buffer) is None  # handed, not opened yet
+    buffer.open(2, 0)
+    assert answer(request(2, 0), buffer) is None  # opened, nothing made
+    buffer.put(2, 0, Raw("a"), 8)
+    assert answer(request(2, 1), buffer) is None  # element 1 not made
+    send = answer(request(2, 0, 1), buffer)  # a partial run goes now
+    assert elements(send) == ["a"]
+    assert (send.split, send.indices, send.produced, send.ended) == (2, [0], 1, False)
+
+
+def test_a_whole_run_comes_with_the_split_count_and_the_counts_told():
+    buffer = filled(0, count=2)
+    buffer.open(1, 0)
+    buffer.put(1, 0, Raw("1.0"), 8)
+    send = answer(request(1, 0), buffer)
+    assert elements(send) == ["1.0"]
+    assert (send.produced, send.ended, send.counts) == (1, False, [0, 2])
+    send = answer(request(0, 0, 1), buffer)
+    assert elements(send) == ["0.0", "0.1"]
+    assert (send.indices, send.produced, send.ended) == ([0, 1], 2, True)
+
+
+def test_past_the_end_of_a_split_the_answer_is_its_count():
+    buffer = filled(0, count=2)
+    send = answer(request(0, 2, 5), buffer)
+    assert elements(send) == []
+    assert (send.split, send.indices, send.produced, send.ended) == (0, [], 2, True)
+    send = answer(request(0, 1, 4), buffer)  # the part that exists, and the count
+    assert elements(send) == ["0.1"]
+    assert (send.produced, send.ended) == (2, True)
+
+
+def test_an_empty_split_tells_its_count():
+    buffer = filled(0, count=0)
+    send = answer(request(0, 0), buffer)
+    assert elements(send) == []
+    assert (send.produced, send.ended) == (0, True)
+
+
+def test_an_element_sent_already_is_refused():
+    buffer = filled(0, count=3)
+    assert elements(answer(request(0, 1), buffer)) == ["0.1"]
+    decision = answer(request(0, 1, 2), buffer)
+    assert isinstance(decision, Refuse)
+    assert decision.code == "FAILED_PRECONDITION"
+    assert "sent already" in decision.text
+
+
+def test_a_skipped_element_is_refused_like_one_sent():
+    buffer = filled(0, count=4, skip=2)
+    decision = answer(request(0, 1), buffer)
+    assert isinstance(decision, Refuse)
+    assert decision.code == "FAILED_PRECONDITION"
+    assert elements(answer(request(0, 2), buffer)) == ["0.2"]
+
+
+def test_a_released_split_is_refused():
+    buffer = filled(0, count=3)
+    buffer.open(1, 0)
+    buffer.release(1)
+    decision = answer(request(0, 0), buffer)
+    assert isinstance(decision, Refuse)
+    assert decision.code == "NOT_FOUND"
+
+
+def test_a_split_never_opened_is_refused_once_the_producer_is_done():
+    buffer = filled(0, count=1)
+    assert answer(request(4, 0), buffer) is None  # may still come
+    buffer.finish(None)
+    decision = answer(request(4, 0), buffer)
+    assert isinstance(decision, Refuse)
+    assert decision.code == "NOT_FOUND"
+
+
+def test_a_producer_error_reaches_waiting_readers():
+    buffer = filled(0, count=1, end=False)
+    assert answer(request(0, 1), buffer) is None
+    buffer.finish(("INVALID_ARGUMENT", "the map raised"))
+    assert answer(request(0, 1), buffer) == Refuse("INVALID_ARGUMENT", "the map raised")
+    assert answer(request(3, 0), buffer) == Refuse("INVALID_ARGUMENT", "the map raised")
+    assert elements(answer(request(0, 0), buffer)) == ["0.0"]  # made: still served
+
+
+def test_encoded_items_are_served_as_they_are():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    big = Encoded([b"frame"])
+    buffer.put(0, 0, big, 1 << 10)
+    buffer.end(0, 1)
+    send = answer(request(0, 0), buffer)
+    assert isinstance(send, DealtSend)
+    assert send.items == [big]
+
+
+# ------------------------------------------------------------------ awaited elements
+
+
+def test_a_put_does_not_wait_while_a_parked_request_awaits_the_producer(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw("unasked"), 8)
+    assert answer(request(0, 2), buffer) is None  # parked: 2 is awaited
+    putter = Putter(lambda: buffer.put(0, 1, Raw(1), 8, stop))
+    assert putter.done()  # no wait: the buffer holds what nobody asks first
+    assert putter.error is None
+    assert buffer.put(0, 2, Raw(2), 8) is True  # the awaited one: wake the loop
+    assert elements(answer(request(0, 2), buffer)) == [2]
+    putter = Putter(lambda: buffer.put(0, 3, Raw(3), 8, stop))
+    assert putter.blocked()  # nothing awaited any more: bounded again
+    buffer.take(0, [0, 1])
+    assert putter.done()
+
+
+def test_open_tells_whether_a_request_waits_for_the_split():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    assert buffer.open(0, 0) is False
+    assert answer(request(1, 0), buffer) is None  # split 1: handed, not opened
+    assert buffer.open(1, 0) is True  # the data loop serves it again:
+    assert answer(request(1, 0), buffer) is None  # now it awaits element 0
+    assert buffer.put(1, 0, Raw("a"), 8) is True
+    assert elements(answer(request(1, 0), buffer)) == ["a"]
+
+
+def test_awaits_says_when_the_element_came_meanwhile():
+    buffer = filled(0, count=2, end=False)
+    assert buffer.awaits(0, 1) is True  # made already: ask again
+    assert buffer.awaits(0, 5) is False
+    assert buffer.awaits(3, -1) is False
+    buffer.open(3, 0)
+    assert buffer.awaits(3, -1) is True
+
+
+# ------------------------------------------------------------------ have notices
+
+
+def have(split: int, *indices: int, wanted: tuple[int, ...] = ()) -> m.GetElements:
+    return m.GetElements(
+        task_id=1,
+        client_id=1,
+        max_elements=max(1, len(wanted)),
+        split=split,
+        indices=list(wanted),
+        have=list(indices),
+    )
+
+
+def test_what_readers_have_of_a_split_made_again_is_dropped_or_never_kept():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, Raw("a"), 8)
+    buffer.put(0, 1, Raw("b"), 8)
+    send = answer(have(0, 1, 3), buffer)  # a notice alone: nothing to send
+    assert isinstance(send, DealtSend)
+    assert (send.items, send.indices, send.split) == ([], [], 0)
+    assert buffer.buffered() == (1, 8)  # "b" dropped
+    for i in range(2, 5):
+        buffer.put(0, i, Raw(i), 8)
+    assert buffer.buffered() == (3, 24)  # 3 never kept
+    assert elements(answer(have(0, wanted=(0,)), buffer)) == ["a"]
+    assert elements(answer(request(0, 2), buffer)) == [2]
+    assert answer(request(0, 3), buffer) == Refuse(
+        "FAILED_PRECONDITION",
+        "element 3 of split 0 was sent already (or skipped): was a consumer "
+        "restarted under the same job name?",
+    )
+
+
+def test_a_notice_for_a_split_not_opened_yet_waits_for_it():
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    answer(have(2, 0, 2), buffer)
+    buffer.open(2, 0)
+    for i in range(4):
+        buffer.put(2, i, Raw(i), 8)
+    assert buffer.buffered() == (2, 16)
+    assert buffer.take(2, [1])[1] == [1]
+    assert buffer.take(2, [3])[1] == [3]
+
+
+def test_a_notice_with_the_indices_wanted_answers_them():
+    buffer = filled(0, count=4)
+    send = answer(have(0, 0, 2, wanted=(1, 3)), buffer)
+    assert elements(send) == ["0.1", "0.3"]
+    assert buffer.buffered() == (0, 0)
+
+
+def test_notices_cannot_fill_a_workers_memory():
+    buffer = DealtBuffer(max_items=4, max_bytes=1 << 20)
+    for ordinal in range(100):  # splits not opened: 64 remembered, 16 indices each
+        answer(have(ordinal, *range(1_000)), buffer)
+    for ordinal, kept in ((0, list(range(16, 20))), (70, list(range(20)))):
+        buffer.open(ordinal, 0)
+        taken = []
+        for i in range(20):  # taken as made: the buffer never fills
+            buffer.put(ordinal, i, Raw(i), 8)
+            taken += buffer.take(ordinal, [i])[1]
+        assert taken == kept
+
+
+def test_a_request_answered_by_the_end_of_its_split_leaves_the_bound_on(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    assert answer(request(0, 5), buffer) is None  # parked: element 5 awaited
+    buffer.put(0, 0, Raw(0), 8)
+    buffer.put(0, 1, Raw(1), 8)
+    buffer.end(0, 2)
+    assert elements(answer(request(0, 5), buffer)) == []  # past the end: answered
+    buffer.take(0, [0, 1])
+    buffer.open(1, 0)
+    buffer.put(1, 0, Raw("a"), 8)
+    putter = Putter(lambda: buffer.put(1, 1, Raw("b"), 8, stop))
+    assert putter.blocked()  # nothing is awaited any more: the bound holds
+
+
+def test_a_request_waiting_for_its_split_to_open_leaves_the_bound_on(stop):
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    assert answer(request(1, 0), buffer) is None  # split 1 not opened: awaited
+    assert buffer.open(1, 0) is True
+    assert answer(request(1, 0), buffer) is None  # element 0 awaited
+    assert buffer.put(1, 0, Raw(0), 8) is True
+    assert elements(answer(request(1, 0), buffer)) == [0]
+    buffer.put(1, 1, Raw(1), 8)  # nobody asks for it
+    putter = Putter(lambda: buffer.put(1, 2, Raw(2), 8, stop))
+    assert putter.blocked()
