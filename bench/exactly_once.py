@@ -273,26 +273,20 @@ def details(result: dict[str, Any]) -> str:
 
 def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     """The final table's rows: exactly once on against off, per workload."""
-    from bench.report import NONE, mark
+    from bench.report import overhead_row
 
-    out: list[tuple[str, ...]] = []
-    for name in ("W1", "W3", "images"):
-        r = result[name]
-        if "skipped" in r:
-            continue
-        unit, overhead = r["unit"], r["overhead"]
-        out.append(
-            (
-                f"exactly once, {name} ({r['about']}): on vs off",
-                f"{number(r['on']['rate'])} {unit}",
-                f"exactly_once=False {number(r['off']['rate'])} {unit}",
-                f"{r['ratio']:.3f}x ({overhead:+.1%} lost)",
-                NONE,
-                NONE,
-                f"< {TARGET_OVERHEAD:.0%} lost {mark(overhead < TARGET_OVERHEAD)}",
-            )
+    return [
+        overhead_row(
+            f"exactly once, {name} ({r['about']}): on vs off",
+            f"{number(r['on']['rate'])} {r['unit']}",
+            f"exactly_once=False {number(r['off']['rate'])} {r['unit']}",
+            r["ratio"],
+            r["overhead"],
+            TARGET_OVERHEAD,
         )
-    return out
+        for name in ("W1", "W3", "images")
+        if "skipped" not in (r := result[name])
+    ]
 
 
 def main() -> None:

@@ -528,26 +528,20 @@ def details(result: dict[str, Any]) -> str:
 
 def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
     """The final table's rows: dealt against fcfs, per workload."""
-    from bench.report import NONE, mark
+    from bench.report import overhead_row
 
-    out: list[tuple[str, ...]] = []
-    for name in WORKLOADS:
-        r = result.get(name, {})
-        if "ratio" not in r:
-            continue
-        unit, overhead = r["unit"], r["overhead"]
-        out.append(
-            (
-                f"multi-rank, {name} ({r['about']}): dealt vs fcfs, 2 ranks",
-                f"{number(r['dealt']['rate'])} {unit}",
-                f"fcfs {number(r['fcfs']['rate'])} {unit}",
-                f"{r['ratio']:.3f}x ({overhead:+.1%} lost)",
-                NONE,
-                NONE,
-                f"< {TARGET_OVERHEAD:.0%} lost {mark(overhead < TARGET_OVERHEAD)}",
-            )
+    return [
+        overhead_row(
+            f"multi-rank, {name} ({r['about']}): dealt vs fcfs, 2 ranks",
+            f"{number(r['dealt']['rate'])} {r['unit']}",
+            f"fcfs {number(r['fcfs']['rate'])} {r['unit']}",
+            r["ratio"],
+            r["overhead"],
+            TARGET_OVERHEAD,
         )
-    return out
+        for name in WORKLOADS
+        if "ratio" in (r := result.get(name, {}))
+    ]
 
 
 def main() -> None:

@@ -53,6 +53,21 @@ def mark(ok: bool) -> str:
     return "✔" if ok else "✘"
 
 
+def overhead_row(
+    label: str, rate: str, baseline: str, ratio: float, overhead: float, target: float
+) -> Row:
+    """A final-table row for a feature's cost against its baseline, same run."""
+    return (
+        label,
+        rate,
+        baseline,
+        f"{ratio:.3f}x ({overhead:+.1%} lost)",
+        NONE,
+        NONE,
+        f"< {target:.0%} lost {mark(overhead < target)}",
+    )
+
+
 # ------------------------------------------------------------------ final table
 
 
