@@ -35,7 +35,8 @@ def no_thread_leaks() -> Iterator[None]:
     """Every test ends with the threads it started ended (servers, readers, pools).
 
     A thread still running 5 s after the test fails it, named. pyzmq's
-    zero-copy garbage collector thread lives as long as the process, by design.
+    zero-copy garbage collector thread lives as long as the process, by design,
+    as does fsspec's event loop thread for async file systems (``fsspecIO``).
     """
     before = set(threading.enumerate())
     yield
@@ -47,6 +48,7 @@ def no_thread_leaks() -> Iterator[None]:
             if thread not in before
             and thread.is_alive()
             and not isinstance(thread, GarbageCollectorThread)
+            and thread.name != "fsspecIO"
         )
 
     try:

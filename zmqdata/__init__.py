@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from zmqdata import errors
+from zmqdata import errors, io
 from zmqdata._dataset.constants import (
     AUTOTUNE,
     INFINITE_CARDINALITY,
@@ -33,6 +33,7 @@ __all__ = [
     "TensorSpec",
     "__version__",
     "errors",
+    "io",
     "service",
 ]
 

@@ -13,16 +13,16 @@ True
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from zmqdata._dataset import structure
+from zmqdata._dataset import fs, structure
 from zmqdata._dataset.constants import AUTOTUNE, SHARD_HINT
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Constant, Node, make_iterator
+from zmqdata._dataset.ops.source import SourceRef
 from zmqdata._dataset.validate import (
     check_callable,
     check_int,
@@ -116,24 +116,78 @@ class Dataset:
         )
 
     @staticmethod
+    def from_source(source: Any) -> Dataset:
+        """``source[i]`` for ``i`` in ``range(len(source))``: any random-access object.
+
+        An HF ``datasets.Dataset``, a list, a memory-mapped array reader…
+        Splittable by index ranges, so ``distributed_epoch`` reads it
+        exactly once and saves its position per element. The object travels
+        to workers by cloudpickle.
+
+        >>> [int(x) for x in Dataset.from_source([3, 1, 2])]
+        [3, 1, 2]
+        """
+        if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
+            raise TypeError(
+                "from_source needs an object with __len__ and __getitem__, got "
+                f"{type(source).__name__}"
+            )
+        return Dataset(
+            Node("from_source", {"source": SourceRef(source), "size": len(source)})
+        )
+
+    @staticmethod
+    def from_tfrecord(
+        paths: str | Sequence[str], compression_type: str | None = None
+    ) -> Dataset:
+        """The records (``bytes``) of TFRecord files: paths, globs or URLs.
+
+        Checksums are checked; ``compression_type="GZIP"`` reads gzipped
+        files. Records are counted when the dataset is built, so it is
+        splittable per record. ``zd.io.parse_example`` decodes
+        ``tf.train.Example`` records.
+        """
+        from zmqdata._dataset.ops import tfrecord
+
+        return Dataset(tfrecord.build(paths, compression_type))
+
+    @staticmethod
+    def from_parquet(
+        paths: str | Sequence[str],
+        columns: Sequence[str] | None = None,
+        batch_rows: int | None = None,
+    ) -> Dataset:
+        """Rows (``dict`` of numpy values) of Parquet files, or ``batch_rows`` at once.
+
+        Paths, globs or URLs; splittable per element (row counts come from
+        the files' footers when the dataset is built). Needs ``zmqdata[parquet]``.
+        """
+        from zmqdata._dataset.ops import parquet
+
+        return Dataset(parquet.build(paths, columns, batch_rows))
+
+    @staticmethod
+    def from_webdataset(urls: str | Sequence[str], decode: bool = False) -> Dataset:
+        """Samples of WebDataset tar shards: ``{"__key__": key, ext: value, …}``.
+
+        Values are ``bytes``, or decoded by extension with ``decode=True``.
+        Splittable per sample (samples are counted when the dataset is built).
+        """
+        from zmqdata._dataset.ops import webdataset
+
+        return Dataset(webdataset.build(urls, decode))
+
+    @staticmethod
     def list_files(
         pattern: str | Sequence[str], shuffle: bool = True, seed: int | None = None
     ) -> Dataset:
         """Paths (``str``) of the files matching a glob ``pattern`` (or a list of them).
 
-        The pattern is matched once, when the dataset is built; the file list
-        travels with the pipeline.
+        Local paths, globs and fsspec URLs (``s3://…/*.tar``, ``http(s)://``,
+        ``memory://``). The pattern is matched once, when the dataset is built;
+        the file list travels with the pipeline.
         """
-        patterns = [pattern] if isinstance(pattern, str) else pattern
-        if not isinstance(patterns, list | tuple) or not all(
-            isinstance(p, str) and p for p in patterns
-        ):
-            raise TypeError(
-                f"list_files pattern must be a non-empty str or list of str, got {pattern!r}"
-            )
-        files = sorted({path for p in patterns for path in glob.glob(p)})
-        if not files:
-            raise InvalidArgumentError(f"list_files: no files match {pattern!r}")
+        files = fs.expand(pattern, "list_files pattern")
         if not isinstance(shuffle, bool):
             raise TypeError(f"list_files shuffle must be a bool, got {shuffle!r}")
         seed = check_optional_int("list_files seed", seed)

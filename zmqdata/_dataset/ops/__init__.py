@@ -20,6 +20,7 @@ from zmqdata._dataset.ops.repeat import Repeat
 from zmqdata._dataset.ops.shuffle import Shuffle
 from zmqdata._dataset.ops.source import (
     FromGenerator,
+    FromSource,
     FromTensors,
     FromTensorSlices,
     ListFiles,
@@ -68,6 +69,7 @@ OPS: Final = Registry(
         FromTensorSlices(),
         FromTensors(),
         FromGenerator(),
+        FromSource(),
         ListFiles(),
         Zip(),
         Map(),
@@ -85,5 +87,29 @@ OPS: Final = Registry(
         Prefetch(),
     )
 )
+
+
+def _tfrecord() -> Op:
+    from zmqdata._dataset.ops.tfrecord import TFRecord
+
+    return TFRecord()
+
+
+def _parquet() -> Op:
+    from zmqdata._dataset.ops.parquet import Parquet
+
+    return Parquet()
+
+
+def _webdataset() -> Op:
+    from zmqdata._dataset.ops.webdataset import WebDataset
+
+    return WebDataset()
+
+
+# The file readers load on first use (pyarrow only where Parquet is read).
+OPS.register("tfrecord", _tfrecord)
+OPS.register("parquet", _parquet)
+OPS.register("webdataset", _webdataset)
 
 __all__ = ["OPS", "Registry", "SplittableSource"]

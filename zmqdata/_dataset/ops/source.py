@@ -56,12 +56,12 @@ class SplittableSource(Op):
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         provider = ctx.provider_for(node)
         if provider is None:
-            return _SplitIterator(self, node, _WholeSource(self.cardinality(node, [])))
+            return _SplitIterator(self, node, WholeSource(self.cardinality(node, [])))
         kind = _LineageSplitIterator if ctx.lineage else _SplitIterator
         return kind(self, node, provider)
 
 
-class _WholeSource(SplitProvider):
+class WholeSource(SplitProvider):
     """The one split covering a whole source, once per repetition."""
 
     def __init__(self, size: int) -> None:
@@ -132,7 +132,7 @@ class _SplitIterator(DatasetIterator):
         self._provider.set_state(state["provider"])
 
 
-def _base_of(split: Split) -> int:
+def base_of(split: Split) -> int:
     """The key of index 0 in ``split``: ``[lo, hi, base]`` or ``[lo, hi]`` (0)."""
     return int(split[2]) if len(split) > 2 else 0
 
@@ -148,7 +148,7 @@ class _LineageSplitIterator(_SplitIterator):
         if split is None or index >= split[1]:
             if not self._advance():
                 raise StopIteration
-            index, self._base = self._next_index, _base_of(self._split)
+            index, self._base = self._next_index, base_of(self._split)
         self._next_index = index + 1
         key = self._base + index
         self.lineage = (key, key + 1)
@@ -159,14 +159,14 @@ class _LineageSplitIterator(_SplitIterator):
         if column is None or not len(column):
             self.lineage = EMPTY
         else:
-            self._base = _base_of(self._split)
+            self._base = base_of(self._split)
             hi = self._base + self._next_index
             self.lineage = (hi - len(column), hi)
         return column
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
-        self._base = 0 if self._split is None else _base_of(self._split)
+        self._base = 0 if self._split is None else base_of(self._split)
 
 
 class Range(SplittableSource):
@@ -286,6 +286,36 @@ class FromTensors(Op):
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         return _ListIterator([node.args["tensors"].value])
+
+
+class SourceRef:
+    """A random-access object in a pipeline: called, it returns the object.
+
+    A callable, so the pipeline's bytes carry it by cloudpickle, as user
+    functions travel (and the dispatcher, which loads no user code, does not
+    unpickle it).
+    """
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def __call__(self) -> Any:
+        return self.source
+
+
+class FromSource(SplittableSource):
+    """``source[i]`` for ``i < len(source)``: any ``__len__`` + ``__getitem__`` object."""
+
+    name = "from_source"
+
+    def cardinality(self, node: Node, inputs: list[int]) -> int:
+        return int(node.args["size"])
+
+    def element_spec(self, node: Node, inputs: list[Any]) -> Any:
+        return None
+
+    def read(self, node: Node, index: int) -> Any:
+        return node.args["source"]()[index]
 
 
 class FromGenerator(Op):

@@ -1,0 +1,149 @@
+"""Record files as sources, splittable per record: the base of the file readers.
+
+A ``RecordSource`` node holds its files (local paths or fsspec URLs) and how
+many records each has, counted once when the dataset is built (Parquet from
+its footer; TFRecord and tar shards by reading their framing). Its elements
+are numbered across the files, so a split is a range of records: under
+``distributed_epoch`` a lost worker repeats nothing, a saved read resumes
+mid-file, and a seeded order mixes records of every file. The first-come
+splits stay within one file; a reader streams a file from the split's first
+record on and keeps its place while the next split follows on.
+
+A format implements ``count`` (records in one file) and ``records`` (the
+records of one file from a given one on, streamed).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
+from zmqdata._dataset.node import Node
+from zmqdata._dataset.ops.source import SplittableSource, WholeSource, base_of
+from zmqdata._wire.lineage import EMPTY
+from zmqdata.errors import InvalidArgumentError
+
+
+class RecordSource(SplittableSource):
+    """A source of records stored in files, numbered across the files."""
+
+    def count(self, path: str, args: dict[str, Any]) -> int:
+        """How many records the file at ``path`` holds (when the dataset is built)."""
+        raise NotImplementedError
+
+    def records(self, node: Node, path: str, first: int) -> Iterator[Any]:
+        """The records of ``path`` from record ``first`` on, as elements."""
+        raise NotImplementedError
+
+    @staticmethod
+    def bounds(node: Node) -> list[int]:
+        """The index of each file's first record, then the total."""
+        return [0, *itertools.accumulate(node.args["counts"])]
+
+    def cardinality(self, node: Node, inputs: list[int]) -> int:
+        return int(sum(node.args["counts"]))
+
+    def num_splits(self, node: Node, max_split_size: int) -> int:
+        return sum(-(-c // max_split_size) for c in node.args["counts"])
+
+    def split_at(self, node: Node, max_split_size: int, index: int) -> Split:
+        """Split ``index``: a range of records of one file (files never share one)."""
+        first = 0
+        for count in node.args["counts"]:
+            splits = -(-count // max_split_size)
+            if index < splits:
+                lo = first + index * max_split_size
+                return [lo, min(lo + max_split_size, first + count)]
+            index -= splits
+            first += count
+        raise IndexError(f"split {index} past the last")
+
+    def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
+        provider = ctx.provider_for(node) or WholeSource(self.cardinality(node, []))
+        return RecordIterator(self, node, provider, ctx.lineage)
+
+
+class RecordIterator(DatasetIterator):
+    """Reads record splits ``[lo, hi]`` (or ``[lo, hi, base]``), streaming each file.
+
+    One file is open at a time; a split that starts where the last one ended
+    goes on reading it. With ``lineage`` each record stands for its key.
+    """
+
+    def __init__(
+        self,
+        op: RecordSource,
+        node: Node,
+        provider: SplitProvider,
+        lineage: bool = False,
+    ) -> None:
+        self._op, self._node, self._provider = op, node, provider
+        self._lineage = lineage
+        self._bounds = op.bounds(node)
+        self._files: list[str] = node.args["files"]
+        self._split: Split | None = None
+        self._next_index = 0
+        self._reader: Iterator[Any] | None = None
+        self._reader_at = (-1, -1)
+        """(file, index of the record the open reader yields next)."""
+
+    def _advance(self) -> bool:
+        while self._split is None or self._next_index >= self._split[1]:
+            self._split = self._provider.next_split()
+            if self._split is None:
+                return False
+            self._next_index = self._split[0]
+        return True
+
+    def __next__(self) -> Any:
+        if not self._advance():
+            raise StopIteration
+        assert self._split is not None
+        index = self._next_index
+        file = bisect.bisect_right(self._bounds, index) - 1
+        if self._reader_at != (file, index):
+            self._open(file, index)
+        assert self._reader is not None
+        try:
+            element = next(self._reader)
+        except StopIteration:
+            raise InvalidArgumentError(
+                f"{self._files[file]}: record {index - self._bounds[file]} is missing: "
+                f"the file has fewer records than the {self._bounds[file + 1] - self._bounds[file]} "
+                "counted when the dataset was built (was it changed?)"
+            ) from None
+        self._next_index = index + 1
+        self._reader_at = (file, index + 1)
+        if self._lineage:
+            key = base_of(self._split) + index
+            self.lineage = (key, key + 1)
+        return element
+
+    def _open(self, file: int, index: int) -> None:
+        self.close()
+        first = index - self._bounds[file]
+        self._reader = iter(self._op.records(self._node, self._files[file], first))
+        self._reader_at = (file, index)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "split": self._split,
+            "next_index": self._next_index,
+            "provider": self._provider.get_state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.close()
+        self._split, self._next_index = state["split"], state["next_index"]
+        self._provider.set_state(state["provider"])
+        self.lineage = EMPTY
+
+    def close(self) -> None:
+        reader, self._reader = self._reader, None
+        self._reader_at = (-1, -1)
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
