@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import exactly_once, multirank, peers
+from bench import exactly_once, formats, multirank, peers
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -341,6 +341,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "journal": _journal,
     "exactly_once": exactly_once.rows,
     "multirank": multirank.rows,
+    "formats": formats.rows,
 }
 
 
@@ -445,6 +446,7 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
         "Multi-rank reads: dealt against first come, first served",
         multirank.details,
     ),
+    "formats": ("Reading Parquet and WebDataset shards", formats.details),
 }
 
 

@@ -9,11 +9,13 @@ Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
 (bench/scaling.py), images and text against torch DataLoader, Ray Data and one
 local process (bench/peers.py), exactly_once (its cost: bench/exactly_once.py),
 multirank (dealt multi-rank reads against first come, first served, and
-save/merge/restore latency: bench/multirank.py). Each figure is the median of
-``--repeats`` runs after a warm-up, next to baselines measured in the same run;
-tf.data service figures are ANCHORS.md constants (bench/anchors.py), labelled as
-such. Progress goes to stderr; stdout gets the sections' tables, then one markdown
-table to paste into docs/performance.md. Every figure, with its samples, goes to
+save/merge/restore latency: bench/multirank.py), formats (Parquet and
+WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py).
+Each figure is the median of ``--repeats`` runs after a warm-up, next to
+baselines measured in the same run; tf.data service figures are ANCHORS.md
+constants (bench/anchors.py), labelled as such. Progress goes to stderr; stdout
+gets the sections' tables, then one markdown table to paste into
+docs/performance.md. Every figure, with its samples, goes to
 ``--out`` (JSON); plots go to ``--plots`` (PNG, needs matplotlib). To profile a section:
 ``py-spy record -o w3.svg --subprocesses -- python bench/run.py --only W3``.
 """
@@ -41,6 +43,7 @@ import zmqdata as zd
 from bench import (
     control,
     exactly_once,
+    formats,
     link,
     multirank,
     peers,
@@ -75,6 +78,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "control": control.control,
     "journal": control.journal,
     "multirank": multirank.multirank,  # its own 2-worker cluster, rank processes
+    "formats": formats.formats,  # its own 1- and 2-worker clusters, Ray
 }
 DEFAULT_OUT = Path(ROOT, "bench", "results", "latest.json")
 DOCS_IMG = Path(ROOT, "docs", "img")
