@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import zmqdata as zd
@@ -322,3 +323,45 @@ def distributed(dataset: zd.Dataset, target: str, **kwargs: Any) -> zd.Dataset:
     """``dataset`` read from the service, ``parallel_epochs`` unless given."""
     mode = kwargs.pop("processing_mode", "parallel_epochs")
     return dataset.apply(service.distribute(mode, target, **kwargs))
+
+
+def section_main(
+    doc: str,
+    measure: Callable[[Bench, list[str]], dict[str, Any]],
+    details: Callable[[dict[str, Any]], str],
+    workloads: Sequence[str],
+    default: Sequence[str] | None = None,
+) -> None:
+    """The command line of a section module: ``--quick``, ``--repeats``, ``--json``,
+    ``--workloads``; runs ``measure`` and prints its ``details``."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="samples to a file")
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=list(default or workloads),
+        help=f"comma-separated, of {','.join(workloads)}",
+    )
+    args = parser.parse_args()
+    unknown = set(args.workloads) - set(workloads)
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}")
+    repeats = args.repeats or (2 if args.quick else 5)
+    bench = Bench(sizes_for(args.quick), repeats, args.quick)
+    start = time.perf_counter()
+    try:
+        result = measure(bench, args.workloads)
+    finally:
+        bench.close()
+    print(details(result))
+    print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
+    if args.json:
+        from bench.run import jsonable
+
+        args.json.write_text(json.dumps(jsonable(result), indent=1))

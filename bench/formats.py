@@ -55,10 +55,8 @@ Issue targets: zmqdata with 1 worker at least the local single-process rate
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import io
-import json
 import logging
 import statistics
 import sys
@@ -76,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 import zmqdata as zd
-from bench.common import Bench, Stat, cluster, number, sizes_for, times
+from bench.common import Bench, Stat, cluster, number, section_main, times
 from zmqdata import service
 
 TARGET_ONE_VS_LOCAL = 1.0
@@ -662,33 +660,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=None, help="samples to a file")
-    parser.add_argument(
-        "--workloads",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
-        default=list(WORKLOADS),
-        help=f"comma-separated, of {','.join(WORKLOADS)}",
-    )
-    args = parser.parse_args()
-    unknown = set(args.workloads) - set(WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}")
-    repeats = args.repeats or (2 if args.quick else 5)
-    bench = Bench(sizes_for(args.quick), repeats, args.quick)
-    start = time.perf_counter()
-    try:
-        result = formats(bench, args.workloads)
-    finally:
-        bench.close()
-    print(details(result))
-    print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
-    if args.json:
-        from bench.run import jsonable
-
-        args.json.write_text(json.dumps(jsonable(result), indent=1))
+    section_main(__doc__ or "", formats, details, list(WORKLOADS), None)
 
 
 if __name__ == "__main__":

@@ -44,10 +44,8 @@ Issue target: dealing costs under 5% of the fcfs throughput.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import itertools
-import json
 import multiprocessing
 import sys
 import time
@@ -63,7 +61,7 @@ import numpy as np
 
 import zmqdata as zd
 from bench import peers, pipelines
-from bench.common import Bench, Stat, cluster, number, sizes_for
+from bench.common import Bench, Stat, cluster, number, section_main
 from bench.exactly_once import interleaved
 from zmqdata import service
 
@@ -545,33 +543,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=None, help="samples to a file")
-    parser.add_argument(
-        "--workloads",
-        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
-        default=list(DEFAULT_WORKLOADS),
-        help=f"comma-separated, of {','.join(WORKLOADS)}",
-    )
-    args = parser.parse_args()
-    unknown = set(args.workloads) - set(WORKLOADS)
-    if unknown:
-        parser.error(f"unknown workloads {sorted(unknown)}")
-    repeats = args.repeats or (2 if args.quick else 5)
-    bench = Bench(sizes_for(args.quick), repeats, args.quick)
-    start = time.perf_counter()
-    try:
-        result = multirank(bench, args.workloads)
-    finally:
-        bench.close()
-    print(details(result))
-    print(f"\n{time.perf_counter() - start:.0f} s", file=sys.stderr)
-    if args.json:
-        from bench.run import jsonable
-
-        args.json.write_text(json.dumps(jsonable(result), indent=1))
+    section_main(__doc__ or "", multirank, details, list(WORKLOADS), DEFAULT_WORKLOADS)
 
 
 if __name__ == "__main__":
