@@ -22,7 +22,12 @@ from typing import Any
 
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
 from zmqdata._dataset.node import Node
-from zmqdata._dataset.ops.source import SplittableSource, WholeSource, base_of
+from zmqdata._dataset.ops.source import (
+    SplitIterator,
+    SplittableSource,
+    WholeSource,
+    base_of,
+)
 from zmqdata._wire.lineage import EMPTY
 from zmqdata.errors import InvalidArgumentError
 
@@ -51,13 +56,13 @@ class RecordSource(SplittableSource):
 
     def split_at(self, node: Node, max_split_size: int, index: int) -> Split:
         """Split ``index``: a range of records of one file (files never share one)."""
-        first = 0
+        first, left = 0, index
         for count in node.args["counts"]:
             splits = -(-count // max_split_size)
-            if index < splits:
-                lo = first + index * max_split_size
+            if left < splits:
+                lo = first + left * max_split_size
                 return [lo, min(lo + max_split_size, first + count)]
-            index -= splits
+            left -= splits
             first += count
         raise IndexError(f"split {index} past the last")
 
@@ -66,11 +71,13 @@ class RecordSource(SplittableSource):
         return RecordIterator(self, node, provider, ctx.lineage)
 
 
-class RecordIterator(DatasetIterator):
+class RecordIterator(SplitIterator):
     """Reads record splits ``[lo, hi]`` (or ``[lo, hi, base]``), streaming each file.
 
-    One file is open at a time; a split that starts where the last one ended
-    goes on reading it. With ``lineage`` each record stands for its key.
+    A ``SplitIterator`` whose elements come from the open file, not from
+    ``read``: one file is open at a time, and a split that starts where the
+    last one ended goes on reading it. With ``lineage`` each record stands for
+    its key.
     """
 
     def __init__(
@@ -80,23 +87,14 @@ class RecordIterator(DatasetIterator):
         provider: SplitProvider,
         lineage: bool = False,
     ) -> None:
-        self._op, self._node, self._provider = op, node, provider
+        super().__init__(op, node, provider)
+        self._records = op
         self._lineage = lineage
         self._bounds = op.bounds(node)
         self._files: list[str] = node.args["files"]
-        self._split: Split | None = None
-        self._next_index = 0
         self._reader: Iterator[Any] | None = None
         self._reader_at = (-1, -1)
         """(file, index of the record the open reader yields next)."""
-
-    def _advance(self) -> bool:
-        while self._split is None or self._next_index >= self._split[1]:
-            self._split = self._provider.next_split()
-            if self._split is None:
-                return False
-            self._next_index = self._split[0]
-        return True
 
     def __next__(self) -> Any:
         if not self._advance():
@@ -110,10 +108,11 @@ class RecordIterator(DatasetIterator):
         try:
             element = next(self._reader)
         except StopIteration:
+            counted = self._bounds[file + 1] - self._bounds[file]
             raise InvalidArgumentError(
                 f"{self._files[file]}: record {index - self._bounds[file]} is missing: "
-                f"the file has fewer records than the {self._bounds[file + 1] - self._bounds[file]} "
-                "counted when the dataset was built (was it changed?)"
+                f"the file has fewer records than the {counted} counted when the "
+                "dataset was built (was it changed?)"
             ) from None
         self._next_index = index + 1
         self._reader_at = (file, index + 1)
@@ -125,20 +124,12 @@ class RecordIterator(DatasetIterator):
     def _open(self, file: int, index: int) -> None:
         self.close()
         first = index - self._bounds[file]
-        self._reader = iter(self._op.records(self._node, self._files[file], first))
+        self._reader = iter(self._records.records(self._node, self._files[file], first))
         self._reader_at = (file, index)
-
-    def get_state(self) -> dict[str, Any]:
-        return {
-            "split": self._split,
-            "next_index": self._next_index,
-            "provider": self._provider.get_state(),
-        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self.close()
-        self._split, self._next_index = state["split"], state["next_index"]
-        self._provider.set_state(state["provider"])
+        super().set_state(state)
         self.lineage = EMPTY
 
     def close(self) -> None:

@@ -56,8 +56,8 @@ class SplittableSource(Op):
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         provider = ctx.provider_for(node)
         if provider is None:
-            return _SplitIterator(self, node, WholeSource(self.cardinality(node, [])))
-        kind = _LineageSplitIterator if ctx.lineage else _SplitIterator
+            return SplitIterator(self, node, WholeSource(self.cardinality(node, [])))
+        kind = _LineageSplitIterator if ctx.lineage else SplitIterator
         return kind(self, node, provider)
 
 
@@ -82,7 +82,7 @@ class WholeSource(SplitProvider):
         self._split = state
 
 
-class _SplitIterator(DatasetIterator):
+class SplitIterator(DatasetIterator):
     """Reads index splits ``[lo, hi]`` (or ``[lo, hi, base]``) of an indexable source."""
 
     def __init__(
@@ -137,13 +137,13 @@ def base_of(split: Split) -> int:
     return int(split[2]) if len(split) > 2 else 0
 
 
-class _LineageSplitIterator(_SplitIterator):
-    """A ``_SplitIterator`` whose elements stand for their own keys, ``base + index``."""
+class _LineageSplitIterator(SplitIterator):
+    """A ``SplitIterator`` whose elements stand for their own keys, ``base + index``."""
 
     _base = 0
     """The key of index 0 of the current split."""
 
-    def __next__(self) -> Any:  # _SplitIterator's, with the key: the hot path of W1
+    def __next__(self) -> Any:  # SplitIterator's, with the key: the hot path of W1
         index, split = self._next_index, self._split
         if split is None or index >= split[1]:
             if not self._advance():
