@@ -91,9 +91,11 @@ def interleaved(passes: dict[str, Pass], repeats: int) -> dict[str, dict[str, St
     }
 
 
-def compared(figures: dict[str, dict[str, Stat]]) -> dict[str, Any]:
-    """The ``on`` and ``off`` figures, their ratio and the overhead."""
-    on, off = figures["on"]["rate"], figures["off"]["rate"]
+def compared(
+    figures: dict[str, dict[str, Stat]], feature: str = "on", baseline: str = "off"
+) -> dict[str, Any]:
+    """The ``feature`` and ``baseline`` figures, their ratio and the overhead."""
+    on, off = figures[feature]["rate"], figures[baseline]["rate"]
     rounds = (a / b for a, b in zip(on.samples, off.samples, strict=True))
     return {
         **figures,

@@ -62,7 +62,7 @@ import numpy as np
 import zmqdata as zd
 from bench import peers, pipelines
 from bench.common import Bench, Stat, cluster, number, section_main
-from bench.exactly_once import interleaved
+from bench.exactly_once import compared, interleaved
 from zmqdata import service
 
 RANKS = 2
@@ -299,18 +299,6 @@ def pass_figures(results: list[Figures]) -> Figures:
     }
 
 
-def compared(figures: dict[str, dict[str, Stat]]) -> dict[str, Any]:
-    """The ``dealt`` and ``fcfs`` figures, their ratio and the overhead."""
-    dealt, fcfs = figures["dealt"]["rate"], figures["fcfs"]["rate"]
-    rounds = (a / b for a, b in zip(dealt.samples, fcfs.samples, strict=True))
-    return {
-        **figures,
-        "ratio": dealt / fcfs,
-        "round_ratios": Stat(rounds),
-        "overhead": 1 - dealt / fcfs,
-    }
-
-
 def throughput(
     group: Ranks, workload: str, size: int, total: int, repeats: int
 ) -> dict[str, Any]:
@@ -327,7 +315,7 @@ def throughput(
         return once
 
     figures = interleaved({mode: timed(mode == "dealt") for mode in MODES}, repeats)
-    return compared(figures)
+    return compared(figures, "dealt", "fcfs")
 
 
 # ------------------------------------------------------------------ latency
