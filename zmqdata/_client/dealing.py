@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,10 +253,14 @@ class DealPlan:
             if request.task_id == task.task_id:
                 self._take_back(request_id)
 
+    def _ask_again(self, dealt: Iterable[int]) -> None:
+        """These dealt indices are to be asked for again, at the next chance."""
+        self._retry += [self._mine(d) for d in dealt]
+        self._news = True
+
     def _take_back(self, request_id: int) -> None:
         request = self._requests.pop(request_id)
-        self._retry += [self._mine(d) for d in request.wanted.values()]
-        self._news = True
+        self._ask_again(request.wanted.values())
 
     # ------------------------------------------------------------ workers
 
@@ -354,8 +359,7 @@ class DealPlan:
             indices=ordered,
         )
         if not core.transport.to_worker(task.endpoint, request):
-            self._retry += [self._mine(d) for d in indices.values()]
-            self._news = True
+            self._ask_again(indices.values())
             return
         self._requests[request_id] = _Request(task.task_id, ordinal, indices)
 
@@ -386,8 +390,7 @@ class DealPlan:
             dealt = request.wanted.pop(index, None)
             if dealt is not None:
                 self._arrived[self._mine(dealt)] = (element, request.ordinal, offset)
-        self._retry += [self._mine(d) for d in request.wanted.values()]
-        self._news = True
+        self._ask_again(request.wanted.values())
         self._deliver(core)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
@@ -398,8 +401,7 @@ class DealPlan:
         if error.code != "NOT_FOUND":
             core.fail(from_code(error.code, error.message))
             return
-        self._retry += [self._mine(d) for d in request.wanted.values()]
-        self._news = True
+        self._ask_again(request.wanted.values())
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.retry_later(now)
