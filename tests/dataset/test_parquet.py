@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
 import threading
 import uuid
@@ -15,6 +13,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, assert_state_roundtrip
+from tests.servers import HttpServer, http_server
 from tests.service.cluster import Cluster
 from zmqdata import service
 from zmqdata._dataset import structure
@@ -393,76 +392,18 @@ def test_memory_urls(memory):
     assert ids(run_over(ds, [[4, 8]])) == [4, 5, 6, 7]
 
 
-class _Served(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder with byte ranges (which fsspec's http reads need).
-
-    ``sent`` counts the bytes of each 64 KiB piece once the socket took it.
-    """
-
-    sent: list[int]
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        path = self.translate_path(self.path)
-        if not os.path.isfile(path):
-            self.send_error(404)
-            return
-        size = os.path.getsize(path)
-        spec = self.headers.get("Range")
-        lo, hi = 0, size - 1
-        if spec and spec.startswith("bytes="):
-            first, _, last = spec[len("bytes=") :].partition("-")
-            lo, hi = int(first or 0), min(size - 1, int(last) if last else size - 1)
-        with open(path, "rb") as source:
-            source.seek(lo)
-            data = source.read(hi - lo + 1)
-        self.send_response(206 if spec else 200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Accept-Ranges", "bytes")
-        if spec:
-            self.send_header("Content-Range", f"bytes {lo}-{hi}/{size}")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:  # counted as the client takes it: fsspec's isfile GETs, then hangs up
-            for at in range(0, len(data), 1 << 16):
-                self.wfile.write(data[at : at + (1 << 16)])
-                self.sent.append(len(data[at : at + (1 << 16)]))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-
 @pytest.fixture
-def http_folder(tmp_path) -> Iterator[tuple[Any, str, list[int]]]:
-    """``(folder, url of the folder, bytes sent per response)`` served on loopback."""
+def http_folder(tmp_path) -> Iterator[tuple[Any, str, HttpServer]]:
+    """``(folder, url of the folder, server)`` served on loopback."""
     pytest.importorskip("aiohttp")
     folder = tmp_path / "served"
     folder.mkdir()
-    sent: list[int] = []
-
-    class Handler(_Served):
-        pass
-
-    Handler.sent = sent
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder))
-    )
-    server.daemon_threads = True
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.05,), name="test-http"
-    )
-    thread.start()
-    try:
-        yield folder, f"http://127.0.0.1:{server.server_address[1]}", sent
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with http_server(folder) as server:
+        yield folder, server.url, server
 
 
 def test_http_urls_stream(http_folder):
-    folder, url, sent = http_folder
+    folder, url, server = http_folder
     write(folder / "small.parquet", table(0, 9))
     ds = zd.Dataset(build(f"{url}/small.parquet"))
     assert_bit_equal(list(ds), [row(i) for i in range(9)])
@@ -472,13 +413,13 @@ def test_http_urls_stream(http_folder):
     big = pa.table({"i": range(64), "blob": [blob[i:] + blob[:i] for i in range(64)]})
     write(folder / "big.parquet", big, group=2, compression="none")
     size = os.path.getsize(folder / "big.parquet")
-    sent.clear()
+    server.sent = 0
     big_ds = zd.Dataset(build(f"{url}/big.parquet"))
-    assert sum(sent) < size / 4, (sum(sent), size)
-    sent.clear()
+    assert server.sent < size / 4, (server.sent, size)
+    server.sent = 0
     with iter(big_ds) as it:
         assert int(next(it)["i"]) == 0
-        assert sum(sent) < size / 4, (sum(sent), size)
+        assert server.sent < size / 4, (server.sent, size)
     assert ids(run_over(big_ds, [[60, 62]])) == [60, 61]
 
 

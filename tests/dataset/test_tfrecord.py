@@ -204,7 +204,8 @@ def test_memory_urls_and_list_files_over_them():
 
 def test_http_urls_stream_from_a_server_on_loopback(shards: list[str], tmp_path: Path):
     shutil.copy(DATA / "tf_examples.tfrecord.gz", tmp_path)
-    with http_server(tmp_path) as base:
+    with http_server(tmp_path) as server:
+        base = server.url
         ds = zd.Dataset.from_tfrecord(
             [f"{base}/part-0.tfrecord", f"{base}/part-2.tfrecord"]
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import http.server
 import io
 import json
 import os
@@ -20,6 +19,7 @@ from PIL import Image
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, assert_state_roundtrip
+from tests.servers import HttpServer, http_server
 from zmqdata import service
 from zmqdata._dataset.iterator import IterContext, ListSplitProvider
 from zmqdata._dataset.node import make_iterator
@@ -318,61 +318,11 @@ def test_memory_urls(tmp_path):
         memory.rm("memory://wds", recursive=True)
 
 
-class _RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder with ``Range`` requests (as object stores do); counts bytes."""
-
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        asked = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
-        path = Path(self.translate_path(self.path))
-        if asked is None or not path.is_file():
-            super().do_GET()
-            return
-        data = path.read_bytes()
-        lo = int(asked.group(1))
-        hi = min(int(asked.group(2) or len(data) - 1), len(data) - 1)
-        if lo >= len(data):
-            self.send_error(416)
-            return
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-        self.send_header("Content-Length", str(hi - lo + 1))
-        self.end_headers()
-        self.wfile.write(data[lo : hi + 1])
-        self.server.served += hi - lo + 1
-
-    def copyfile(self, source: Any, outputfile: Any) -> None:
-        data = source.read()
-        self.server.served += len(data)
-        outputfile.write(data)
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    served = 0
-
-
 @pytest.fixture
-def http_folder(tmp_path: Path) -> Iterator[tuple[str, _Server]]:
+def http_folder(tmp_path: Path) -> Iterator[tuple[str, HttpServer]]:
     """``(base URL, server)`` serving ``tmp_path`` on loopback."""
-
-    def handler(*args: Any) -> _RangeHandler:
-        return _RangeHandler(*args, directory=str(tmp_path))
-
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.05,), name="test-http"
-    )
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(tmp_path) as server:
+        yield server.url, server
 
 
 def test_http_shards_are_streamed(tmp_path, shards, http_folder):
@@ -391,14 +341,12 @@ def test_http_shards_are_streamed(tmp_path, shards, http_folder):
     write(tmp_path / "big.tar", big)
     ds = dataset(f"{base}/big.tar")
     assert ds.cardinality() == 4
-    server.served = 0
+    server.sent = 0
     with iter(ds) as iterator:
         first = next(iterator)
     assert first["__key__"] == "s0000"
     assert first["bin"] == big[0][1]["bin"]
-    assert server.served < (8 << 20), (
-        "the first sample needs only the start of the shard"
-    )
+    assert server.sent < (8 << 20), "the first sample needs only the start of the shard"
 
 
 # ------------------------------------------------------------------ errors
