@@ -15,11 +15,17 @@ from zmqdata_cli.logs import configure_logging
 from zmqdata_cli.status import status
 from zmqdata_cli.up import up
 
-from zmqdata._version import __version__
+from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, __version__
+
+VERSION_MESSAGE = (
+    f"%(prog)s, version %(version)s\nprotocol v{PROTOCOL_VERSION} "
+    f"(accepts peers of v{OLDEST_PROTOCOL_VERSION} to v{PROTOCOL_VERSION})"
+)
+"""``zmqdata --version``: the package and the wire-protocol versions."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="zmqdata")
+@click.version_option(__version__, prog_name="zmqdata", message=VERSION_MESSAGE)
 @click.option(
     "-v", "--verbose", is_flag=True, help="Log at DEBUG level (also after the command)."
 )

@@ -203,6 +203,33 @@ def summary(status: dict[str, Any], address: str) -> str:
     return ", ".join(parts)
 
 
+def protocols(protocol: dict[str, Any], workers: list[dict[str, Any]]) -> str:
+    """The dispatcher's protocol version, those it accepts, and its peers'.
+
+    Workers on an older version than the dispatcher's are named (by id).
+
+    >>> print(protocols({"version": 6, "accepts": [5, 6], "workers": {"v5": 1,
+    ...     "v6": 1}, "clients": {"v6": 1}}, [{"worker_id": 3, "protocol": 5}]))
+    protocol v6 (accepts v5 to v6); workers: v5 1, v6 1; consumers: v6 1
+    workers on an older protocol: 3
+    """
+    version = protocol.get("version")
+    oldest, newest = protocol.get("accepts") or ["?", "?"]
+    line = f"protocol v{version} (accepts v{oldest} to v{newest})"
+    for key, name in (("workers", "workers"), ("clients", "consumers")):
+        counts = protocol.get(key) or {}
+        shown = ", ".join(f"{v} {n}" for v, n in counts.items())
+        line += f"; {name}: {shown or 'none'}"
+    older = [
+        str(w.get("worker_id"))
+        for w in workers
+        if isinstance(w.get("protocol"), int) and w["protocol"] != version
+    ]
+    if older:
+        line += f"\nworkers on an older protocol: {', '.join(older)}"
+    return line
+
+
 def render(status: dict[str, Any], address: str) -> str:
     """The human view of ``status`` (``service.get_status``): header and tables."""
     sections = [summary(status, address)]
@@ -217,6 +244,8 @@ def render(status: dict[str, Any], address: str) -> str:
             f"\nrecommended workers: {autoscale['recommended_workers']}"
             f" ({autoscale.get('reason', '')})"
         )
+    if isinstance(status.get("protocol"), dict):
+        sections[0] += "\n" + protocols(status["protocol"], status.get("workers", []))
     sections.append(_workers(status.get("workers", [])))
     sections.append(_jobs(status.get("jobs", [])))
     sections.append(_datasets(status.get("datasets", [])))

@@ -18,8 +18,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zmqdata._wire.address import PROTOCOLS, parse_target
+from zmqdata.errors import InvalidArgumentError
 
 DATA_PROTOCOLS = ("tcp", "ipc", "inproc")
+REQUEST_OVERHEAD_BYTES = 1 << 20
+"""What a dispatcher request may hold besides a registration's pipeline and
+element spec (``DispatcherConfig.max_request_bytes``)."""
+MIN_FENCE_TIMEOUT_MS = 2_000
+"""The shortest ``DispatcherConfig.fence_timeout_ms``: twice the silence after
+which a consumer holds what it receives until the dispatcher answers it
+(``_client/core.py``), so a consumer always notices it may have been fenced out."""
+
+
+def check_pipeline_size(pipeline_bytes: int, spec_bytes: int, cap: int) -> None:
+    """Refuses a registration over a dispatcher's ``max_pipeline_bytes`` (``cap``).
+
+    >>> check_pipeline_size(10, 2, cap=11)
+    Traceback (most recent call last):
+    ...
+    zmqdata.errors.InvalidArgumentError: the pipeline is 10 bytes (with its element spec 12), over the dispatcher's cap of 11 (DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes): read large data from files (e.g. list_files + map) instead of embedding it with from_tensor_slices / from_tensors, or raise the cap
+    """
+    if pipeline_bytes + spec_bytes > cap:
+        raise InvalidArgumentError(
+            f"the pipeline is {pipeline_bytes} bytes (with its element spec "
+            f"{pipeline_bytes + spec_bytes}), over the dispatcher's cap of {cap} "
+            "(DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes)"
+            ": read large data from files (e.g. list_files + map) instead of "
+            "embedding it with from_tensor_slices / from_tensors, or raise the cap"
+        )
 
 
 def _int(value: Any) -> int:
@@ -38,6 +64,15 @@ def _positive(value: Any) -> int:
     if _int(value) <= 0:
         raise ValueError(f"expected a positive int, got {value!r}")
     return int(value)
+
+
+def _at_least(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if _int(value) < minimum:
+            raise ValueError(f"expected an int >= {minimum}, got {value!r}")
+        return int(value)
+
+    return check
 
 
 def _non_negative(value: Any) -> int:
@@ -115,6 +150,10 @@ class DispatcherConfig:
         job_gc_timeout_ms: How long a job may have no consumers before it is dropped.
         worker_timeout_ms: Silence after which a worker counts as gone.
         client_timeout_ms: Silence after which a consumer counts as gone.
+        fence_timeout_ms: Exactly once: a lost worker's unacknowledged keys
+            wait for every consumer of its iteration to fence it; a consumer
+            silent this long is not waited for (docs/reliability.md, Silent
+            consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
         gc_dynamic_sharding_jobs: Also collect DYNAMIC jobs (off: it breaks
             their visitation guarantee).
         max_pipeline_bytes: The largest dataset registration (pipeline and
@@ -146,6 +185,7 @@ class DispatcherConfig:
     job_gc_timeout_ms: int = 300_000
     worker_timeout_ms: int = 10_000
     client_timeout_ms: int = 60_000
+    fence_timeout_ms: int = 5_000
     gc_dynamic_sharding_jobs: bool = False
     max_pipeline_bytes: int = 64 * 2**20
     metrics_port: int | None = None
@@ -167,6 +207,7 @@ class DispatcherConfig:
                 "job_gc_timeout_ms": _positive,
                 "worker_timeout_ms": _positive,
                 "client_timeout_ms": _positive,
+                "fence_timeout_ms": _at_least(MIN_FENCE_TIMEOUT_MS),
                 "gc_dynamic_sharding_jobs": _bool,
                 "max_pipeline_bytes": _positive,
                 "metrics_port": _optional(_port),
@@ -190,6 +231,15 @@ class DispatcherConfig:
     def secured(self) -> bool:
         """Whether CurveZMQ is configured."""
         return self.curve_secret_key_file is not None
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request accepted: ``zmq.MAXMSGSIZE`` of the dispatcher.
+
+        A registration at ``max_pipeline_bytes`` with room for its other
+        fields; a peer sending more is disconnected before it is received.
+        """
+        return self.max_pipeline_bytes + REQUEST_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True, slots=True)

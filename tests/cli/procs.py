@@ -19,14 +19,19 @@ class Proc:
 
     ``prefix`` goes before the interpreter (e.g. ``ip netns exec NS env K=V``:
     commands that exec, so the child keeps its pid); ``module`` replaces
-    ``zmqdata``.
+    ``zmqdata``; ``python`` (interpreter and flags) replaces this one (e.g.
+    another release's, ``tests/upgrade``).
     """
 
     def __init__(
-        self, args: Sequence[str], prefix: Sequence[str] = (), module: str = "zmqdata"
+        self,
+        args: Sequence[str],
+        prefix: Sequence[str] = (),
+        module: str = "zmqdata",
+        python: Sequence[str] = (sys.executable,),
     ) -> None:
         self.popen = subprocess.Popen(
-            [*prefix, sys.executable, "-m", module, *args],
+            [*prefix, *python, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -83,10 +88,13 @@ class Proc:
 
 @contextmanager
 def zmqdata(
-    *args: str, prefix: Sequence[str] = (), module: str = "zmqdata"
+    *args: str,
+    prefix: Sequence[str] = (),
+    module: str = "zmqdata",
+    python: Sequence[str] = (sys.executable,),
 ) -> Iterator[Proc]:
     """Runs ``zmqdata ARGS`` (see ``Proc``); on exit terminates it, kills its group."""
-    proc = Proc(args, prefix, module)
+    proc = Proc(args, prefix, module, python)
     try:
         yield proc
     finally:

@@ -111,9 +111,10 @@ class Reader:
         elements: list[Any],
         end: bool = False,
         lineage: list[int] | None = None,
+        progress: list[list[int]] | None = None,
     ) -> None:
         """The worker answers ``request`` with ``elements`` (covering ``lineage``,
-        one key each unless the last ones are dropped keys)."""
+        one key each unless the last ones are dropped keys; marks ``progress``)."""
         group = frames.encode(elements) if elements else []
         header = m.Elements(
             request_id=request.request_id,
@@ -124,6 +125,7 @@ class Reader:
             parts=[len(group)] if group else [],
             lineage=lineage or [],
             widths=[len(elements), 1] if lineage and elements else [],
+            progress=progress or [],
         )
         self.core.on_worker(header, [b"", *group], self.now)
 

@@ -70,3 +70,16 @@ def test_the_epoch_is_echoed_only_once_every_ack_fits_in_a_heartbeat(
     answer(reader, beat, [2], epoch=1)
     beat = heartbeat(reader)
     assert beat.task_epoch == 1
+
+
+def test_marks_are_reported_the_latest_per_root_until_answered() -> None:
+    reader = Reader(options(max_outstanding_requests=4), [1, 2])
+    first, second = reader.sent.take()
+    root = [2, 10, 11]
+    reader.reply(first, [0, 1], progress=[[*root, 1], [2, 30, 31, 0]])
+    reader.reply(second, [2], progress=[[*root, 3], [*root, 2], [5]])  # [5]: no mark
+    beat = heartbeat(reader)
+    assert beat.progress == [[*root, 3], [2, 30, 31, 0]]
+    assert heartbeat(reader).progress == beat.progress  # not answered: again
+    answer(reader, beat, [1, 2], 0)
+    assert heartbeat(reader).progress == []

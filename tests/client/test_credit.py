@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.client.fakes import Reader, options, state
-from zmqdata._client import credit
+from zmqdata._client import core, credit
 from zmqdata._client.core import END, Failure
 from zmqdata.errors import (
     FailedPreconditionError,
@@ -209,3 +209,25 @@ def test_default_credit(
 ) -> None:
     read = options(job_name=job_name, trainer_id=trainer_id)
     assert credit.default_credit(read) == credit_
+
+
+def test_after_a_silence_replies_wait_for_the_dispatcher_lost_tasks_dropped() -> None:
+    reader = Reader(options(max_outstanding_requests=4), [1, 2])
+    first, second = reader.sent.take()
+    reader.advance(0.5)
+    [before] = reader.sent.heartbeats
+    reader.now += core.SILENCE_S + 0.5  # frozen: no heartbeat sent meanwhile
+    reader.reply(first, [10, 11], lineage=[0, 2])
+    reader.reply(second, [20], lineage=[100, 101])
+    assert reader.elements() == []  # held, not acknowledged
+    hold = reader.sent.heartbeats[-1]  # sent at once, on the first reply
+    assert (hold.request_id > before.request_id, hold.acked) == (True, [])
+    both = state([1, 2], request_id=before.request_id)
+    reader.core.on_dispatcher(both, reader.now)  # answered before the silence
+    assert reader.elements() == []
+    lost = state([2], request_id=hold.request_id, task_epoch=1)
+    reader.core.on_dispatcher(lost, reader.now)  # task 1 was lost meanwhile
+    assert reader.elements() == [20]
+    assert reader.counters.received == 1  # task 1's replies were dropped
+    reader.advance(1.0)
+    assert reader.sent.heartbeats[-1].acked == [[2, 100, 101]]

@@ -18,7 +18,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dispatcher.test_journal import reopened
-from tests.dispatcher.test_replay import RecordingState, tables
+from tests.dispatcher.test_replay import RecordingState, replayed_and_loaded, tables
 from tests.dispatcher.test_state import (
     DYNAMIC,
     OFF,
@@ -31,7 +31,7 @@ from tests.dispatcher.test_state import (
     send,
 )
 from zmqdata._config import DispatcherConfig
-from zmqdata._dispatcher import dealing, snapshot
+from zmqdata._dispatcher import dealing
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.journal import Journal, JournalSink
 from zmqdata._dispatcher.records import ClusterRecords
@@ -614,13 +614,7 @@ def test_dealt_events_replay_and_snapshot_to_the_same_state(state):
         ev.SplitHandedAgain,
         ev.DealConsumerDone,
     } <= kinds
-    replayed = ClusterRecords()
-    for event in state.log:
-        replayed.apply(event)
-    assert tables(replayed) == tables(read.records)
-    loaded = ClusterRecords()
-    snapshot.load(loaded, snapshot.dump(read.records))
-    assert tables(loaded) == tables(read.records)
+    loaded = replayed_and_loaded(state.log, read.records)
     iteration = loaded.iterations[read.iteration_id]
     assert iteration.owners == read.iteration.owners
     assert all(isinstance(q, int) for q in iteration.owners)

@@ -14,7 +14,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dispatcher.test_journal import reopened
-from tests.dispatcher.test_replay import RecordingState, tables
+from tests.dispatcher.test_replay import RecordingState, replayed_and_loaded, tables
 from tests.dispatcher.test_state import (
     DYNAMIC,
     OFF,
@@ -30,7 +30,6 @@ from tests.dispatcher.test_state import (
 )
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher import snapshot
 from zmqdata._dispatcher.checks import MAX_ACKED_NUMBERS
 from zmqdata._dispatcher.journal import Journal, JournalSink
 from zmqdata._dispatcher.records import ClusterRecords
@@ -262,6 +261,53 @@ def test_a_released_client_stops_being_waited_for(state):
     assert (read.iteration.orphans, read.iteration.pending) == ({}, [4, 10])
 
 
+FENCE_TIMEOUT_S = CONFIG.fence_timeout_ms / 1000
+
+
+def keep_ticking(read: Read, start: float, end: float) -> None:
+    """Ticks every 0.5 s from ``start`` to ``end``; worker ``b:1`` heartbeats."""
+    for step in range(int((end - start) / 0.5) + 1):
+        now = start + 0.5 * step
+        heartbeat(read.state, "b:1", read.workers()["b:1"], [], now=now)
+        read.state.tick(now=now)
+
+
+def test_a_silent_reader_is_not_waited_for_past_the_fence_timeout(state):
+    read = start(state, clients=2)
+    a = read.tasks["a:1"]
+    read.ask(a)  # keys 0..10
+    read.lose("a:1", now=1.5)  # reader 1 was last heard of when it joined
+    read.heartbeat(0, acked=[[a, 0, 4]], task_epoch=1, now=1.6)
+    keep_ticking(read, 2.0, 1.5 + FENCE_TIMEOUT_S)
+    assert read.iteration.orphans[a]["waiting"] == [read.clients[1]]
+    keep_ticking(read, 2.0 + FENCE_TIMEOUT_S, 2.0 + FENCE_TIMEOUT_S)
+    assert (read.iteration.orphans, read.iteration.pending) == ({}, [4, 10])
+    assert state.log[-1] == ev.ClientFenced(read.iteration_id, read.clients[1], 1)
+    # Back late, it acknowledges keys handed out again: nothing changes.
+    read.heartbeat(1, acked=[[a, 4, 6]], task_epoch=0, now=2.1 + FENCE_TIMEOUT_S)
+    assert (read.iteration.orphans, read.iteration.pending) == ({}, [4, 10])
+    assert read.records.clients[read.clients[1]]  # still a reader
+    replayed = ClusterRecords()
+    for event in state.log:
+        replayed.apply(event)
+    assert tables(replayed) == tables(state.records)
+
+
+def test_a_stalled_dispatcher_does_not_take_its_readers_for_silent(state):
+    read = start(state, clients=2)
+    a = read.tasks["a:1"]
+    read.ask(a)
+    read.lose("a:1", now=1.5)
+    read.heartbeat(0, task_epoch=1, now=1.6)
+    keep_ticking(read, 2.0, 5.0)
+    stalled_until = 2.0 + FENCE_TIMEOUT_S  # past reader 1's fence timeout
+    heartbeat(state, "b:1", read.workers()["b:1"], [], now=stalled_until)
+    state.tick(now=stalled_until)
+    assert read.iteration.orphans[a]["waiting"] == [read.clients[1]]
+    read.heartbeat(1, task_epoch=1, now=stalled_until)  # it waited in the queue
+    assert read.iteration.orphans == {}
+
+
 def test_keys_all_acknowledged_need_no_fence(state):
     read = start(state)
     a, b = read.tasks["a:1"], read.tasks["b:1"]
@@ -485,13 +531,7 @@ def test_the_new_events_replay_and_snapshot_to_the_same_state(state):
     assert {ev.RangesAcked, ev.RangesHanded, ev.ClientFenced} <= {
         type(e) for e in state.log
     }
-    replayed = ClusterRecords()
-    for event in state.log:
-        replayed.apply(event)
-    assert tables(replayed) == tables(read.records)
-    loaded = ClusterRecords()
-    snapshot.load(loaded, snapshot.dump(read.records))
-    assert tables(loaded) == tables(read.records)
+    loaded = replayed_and_loaded(state.log, read.records)
     orphan = loaded.iterations[read.iteration_id].orphans[read.tasks["a:1"]]
     assert isinstance(orphan["keys"], Ranges)
     assert isinstance(loaded.tasks[read.tasks["b:1"]].unacked, Ranges)
@@ -519,3 +559,30 @@ def test_a_restart_mid_fence_keeps_the_orphans_and_the_fence(tmp_path: Path):
         read.heartbeat(1, acked=[[live.tasks["a:1"], 15, 20]], task_epoch=2, now=100.0)
         assert read.iteration.pending == [5, 15]
         assert read.ask(b).splits == [[0, 5, 15]]
+
+
+# ------------------------------------------------------------------ marks
+
+
+def test_marks_of_owed_roots_are_kept_and_handed_out_with_their_keys(state):
+    """The latest mark of a root goes with its keys to the task that takes them."""
+    read = start(state)
+    a, b = read.tasks["a:1"], read.tasks["b:1"]
+    read.ask(a)  # keys 0..10
+    first, later = [2, 3, 4, 1], [2, 3, 4, 5]  # root (3, 4): outputs 1, then 5
+    done = [2, 1, 2, 9]  # root (1, 2), all acknowledged below
+    stale = [2, 60, 61, 0]  # a key handed to nobody
+    read.heartbeat(0, acked=[[a, 0, 3]], progress=[first, stale])
+    read.heartbeat(0, acked=[[a, 1, 2]], progress=[done, later, first, [7]])
+    assert read.iteration.progress == {3: later}  # the latest; nothing else
+    events = len(state.log)
+    read.heartbeat(0, progress=[first])  # says less: no event
+    assert len(state.log) == events
+    read.lose("a:1")
+    read.heartbeat(0, task_epoch=1)
+    handed = read.ask(b)
+    assert (handed.splits, handed.progress) == ([[0, 3, 10]], [later])
+    assert read.ask(b, again=True).progress == [later]  # a retry: the same
+    read.heartbeat(0, acked=[[b, 3, 4]])  # the root's last output came
+    assert read.iteration.progress == {}
+    replayed_and_loaded(state.log, state.records)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import msgpack
 import pytest
 
 import zmqdata as zd
@@ -16,7 +18,13 @@ from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import journal as journal_module
 from zmqdata._dispatcher import snapshot
-from zmqdata._dispatcher.journal import Journal, JournalSink, encode_event
+from zmqdata._dispatcher.journal import (
+    Journal,
+    JournalSink,
+    decode_event,
+    encode_event,
+)
+from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
 from zmqdata.errors import FailedPreconditionError, UnavailableError
@@ -35,6 +43,20 @@ def test_events_round_trip_through_the_file(tmp_path):
             journal.append(event)
     with Journal(str(tmp_path)) as journal:
         assert list(journal.replay()) == EVENTS
+
+
+def test_a_client_acquired_before_owners_were_journaled_has_none():
+    acquired = ev.ClientAcquired(7, 3, 0.5, b"key", owner="alice-public-key")
+    body = msgpack.unpackb(encode_event(acquired)[journal_module._HEADER.size :])
+    del body["owner"]  # what a journal of an older version holds
+    assert decode_event(msgpack.packb(body)) == dataclasses.replace(acquired, owner="")
+    records = ClusterRecords()
+    records.apply(ev.JobCreated(1, "d", None, 1, None, "ANY"))
+    records.apply(ev.IterationCreated(3, 1, 0))
+    records.apply(acquired)
+    copy = ClusterRecords()
+    snapshot.load(copy, snapshot.dump(records))
+    assert copy.clients[7].owner == "alice-public-key"
 
 
 def test_a_torn_last_record_is_cut_off(tmp_path):

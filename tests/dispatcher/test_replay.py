@@ -10,6 +10,7 @@ from tests.dispatcher.splits import next_split_request
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import snapshot
 from zmqdata._dispatcher.records import ClusterRecords, NoJournal
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._wire import messages as m
@@ -62,6 +63,18 @@ def tables(records: ClusterRecords) -> dict[str, Any]:
         "by_fingerprint": dict(records.datasets_by_fingerprint),
         "next_id": records.next_id,
     }
+
+
+def replayed_and_loaded(log: list[Any], records: ClusterRecords) -> ClusterRecords:
+    """Asserts ``log`` replays, and a snapshot loads, to ``records``; the loaded copy."""
+    replayed = ClusterRecords()
+    for event in log:
+        replayed.apply(event)
+    assert tables(replayed) == tables(records)
+    loaded = ClusterRecords()
+    snapshot.load(loaded, snapshot.dump(records))
+    assert tables(loaded) == tables(records)
+    return loaded
 
 
 def one(state: DispatcherState, message: m.Message, peer: bytes, now: float) -> Any:

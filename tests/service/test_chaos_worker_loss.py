@@ -203,3 +203,46 @@ def test_a_repeat_before_distribute_gives_each_repetition_once_when_a_worker_die
                 cluster.kill_worker(random.Random(2), index=0)
             got += values(iterator)
     assert Counter(got) == {i: repetitions for i in range(n)}
+
+
+ROWS = 7
+
+
+def rows_pipeline(n: int) -> zd.Dataset:
+    """Each element expands to ``ROWS`` rows; batches of 4 rows cross elements."""
+    return (
+        zd.Dataset.range(n)
+        .map(lambda x: np.arange(x * ROWS, (x + 1) * ROWS))
+        .unbatch()
+        .batch(4)
+    )
+
+
+@pytest.mark.timeout(90 + 15 * TRIALS)
+def test_rows_of_1_to_many_ops_arrive_once_when_every_worker_dies(tmp_path):
+    """Every worker is killed (each replaced) at random points of each trial."""
+    n = 2_000
+    rng = random.Random(int(os.environ.get("ZMQDATA_CHAOS_SEED", "23")))
+    repeated_per_trial = []
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        for trial in range(TRIALS):
+            ds = rows_pipeline(n).apply(
+                service.distribute(
+                    "distributed_epoch", cluster.target, max_outstanding_requests=8
+                )
+            )
+            started = time.monotonic()
+            with iter(ds) as iterator:
+                got: list[int] = []
+                for _ in range(WORKERS):  # the oldest worker each time: all of them
+                    got += values(next(iterator) for _ in range(rng.randrange(1, 200)))
+                    cluster.kill_worker(rng, index=0)
+                got += values(iterator)
+            took = time.monotonic() - started
+            counts = Counter(got)
+            repeated_per_trial.append(sum(c - 1 for c in counts.values() if c > 1))
+            assert sorted(counts) == list(range(n * ROWS)), f"trial {trial}: missing"
+            assert took < READ_DEADLINE_S, (trial, took)
+            cluster.settled()
+    assert repeated_per_trial == [0] * TRIALS

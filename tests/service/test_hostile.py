@@ -136,15 +136,19 @@ def test_every_multipart_shape_is_answered_or_dropped(cluster, sockets, role):
 def test_frames_over_maxmsgsize_disconnect_the_sender_only(
     monkeypatch, cluster, sockets
 ):
-    monkeypatch.setattr(loop, "MAX_MESSAGE_BYTES", 64 * 1024)
-    c = cluster(num_workers=1)
-    for endpoint in (c.target, c.workers[0].address):
+    monkeypatch.setattr(loop, "MAX_MESSAGE_BYTES", 64 * 1024)  # the workers'
+    c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1024})
+    dispatcher_bound = c.dispatcher._loop.config.max_request_bytes
+    for endpoint, bound in (
+        (c.target, dispatcher_bound),
+        (c.workers[0].address, 64 * 1024),
+    ):
         big = sockets(endpoint)
         # Within the bound: a msgpack 0, not a map, earns an error.
         big.send(b"\x00" * 1024)
         assert isinstance(answer(big), m.Error)
         # Over it: the connection is dropped with the frame, which is never answered.
-        big.send(b"\x00" * (256 * 1024))
+        big.send(b"\x00" * (bound + 1))
         assert big.poll(300) == 0
     small = sockets(c.target)
     status_round_trip(small, 2)
@@ -152,16 +156,18 @@ def test_frames_over_maxmsgsize_disconnect_the_sender_only(
     every_copy(c.target, copies=1)
 
 
-def test_servers_set_a_generous_maxmsgsize(cluster):
+def test_servers_set_maxmsgsize_to_what_they_accept(cluster):
+    """Workers: 1 GiB; the dispatcher: its largest registration, plus 1 MiB."""
     assert loop.MAX_MESSAGE_BYTES == 1 << 30
     c = cluster(num_workers=1)
     # Reaches inside: no API shows a socket option, set once before serving.
     dispatcher_router = c.dispatcher._loop._router
+    assert dispatcher_router.getsockopt(zmq.MAXMSGSIZE) == 65 * 2**20
     worker_sockets = [
         s for s in c.workers[0]._data._loop_sockets if s.type == zmq.ROUTER
     ]
     assert worker_sockets
-    for sock in [dispatcher_router, *worker_sockets]:
+    for sock in worker_sockets:
         assert sock.getsockopt(zmq.MAXMSGSIZE) == 1 << 30
 
 

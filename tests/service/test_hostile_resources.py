@@ -122,14 +122,54 @@ def test_a_pipeline_over_the_cap_is_refused_naming_size_and_cap(cluster, sockets
     exactly_once(c.target)
 
 
-def test_a_request_far_over_the_cap_is_refused_without_decoding(cluster):
-    """The reply names the request (the client does not wait for a timeout)."""
+def test_a_registration_over_the_cap_is_refused_before_it_is_sent(cluster):
+    """The client asks the cap (``get_status``), the request never leaves it.
+
+    Sent, it would be cut off unanswered (next test): the client would wait.
+    """
     c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1 * MiB})
-    ds = zd.Dataset.from_tensor_slices(np.zeros(64 * MiB, np.uint8))
+    ds = zd.Dataset.from_tensor_slices(np.zeros(8 * MiB, np.uint8))
     started = time.monotonic()
-    with pytest.raises(InvalidArgumentError, match="over this dispatcher's limit"):
+    with pytest.raises(InvalidArgumentError, match=f"cap of {MiB} .*max_pipeline"):
         service.register_dataset(c.target, ds)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 2.0
+    exactly_once(c.target)
+
+
+def test_a_peer_over_max_request_bytes_is_cut_off_unread(cluster, sockets):
+    """libzmq drops the frame from its size: other peers never wait for it."""
+    c = cluster(num_workers=1, dispatcher_options={"max_pipeline_bytes": 1 * MiB})
+    request = m.GetOrRegisterDataset(request_id=11, pipeline=bytes(16 * MiB))
+    hostile = sockets(c.target)
+    cut_off = hostile.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def ask_status() -> None:
+        probe = sockets(c.target)
+        while not stop.is_set():
+            started = time.perf_counter()
+            status_round_trip(probe, len(waits) + 100)
+            waits.append(time.perf_counter() - started)
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    asking = pool.submit(ask_status)
+    try:
+        poll_for(lambda: len(waits) >= 10)
+        hostile.send(m.encode(request), copy=False)
+        assert cut_off.poll(5_000), "the oversized sender was not disconnected"
+        seen = len(waits)
+        poll_for(lambda: len(waits) >= seen + 10)
+    finally:
+        stop.set()
+        asking.result(timeout=10)
+        pool.shutdown()
+        hostile.disable_monitor()
+        cut_off.close(linger=0)
+    assert hostile.poll(100) == 0, "the oversized request was answered"
+    p99 = float(np.percentile(waits, 99))
+    print(f"get_status: {len(waits)} calls, p99 {p99:.4f} s, max {max(waits):.4f} s")
+    assert max(waits) < 1.0
     exactly_once(c.target)
 
 

@@ -17,6 +17,7 @@ from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from tests.service.logs import warnings_from
+from tests.service.test_fault_tolerance import restart_dispatcher
 from zmqdata import errors, service
 from zmqdata._client import rpc
 from zmqdata._runtime import auth
@@ -67,12 +68,21 @@ def keys(tmp_path: Path) -> RoleKeys:
 @pytest.fixture
 def roles(cluster: Any, keys: RoleKeys, monkeypatch: pytest.MonkeyPatch) -> Cluster:
     keys.use(monkeypatch, "alice")
+    return _roles_cluster(cluster, keys)
+
+
+def _roles_cluster(
+    cluster: Any, keys: RoleKeys, client_timeout_ms: int = 2_000, **options: Any
+) -> Cluster:
+    """One worker, with docs/security.md's roles and ``options`` for the dispatcher."""
     c: Cluster = cluster(
         num_workers=1,
+        client_timeout_ms=client_timeout_ms,
         dispatcher_options={
             "curve_secret_key_file": keys.secret("server"),
             "curve_authorized_keys_dir": str(keys.clients),
             "curve_worker_keys_dir": str(keys.workers),
+            **options,
         },
         curve_secret_key_file=keys.secret("server"),
         curve_authorized_keys_dir=str(keys.clients),
@@ -241,6 +251,30 @@ def test_a_client_cannot_take_over_another_keys_iteration_client(
             rpc.call(roles.target, message, reply, TIMEOUT_S)
     keys.use(monkeypatch, "alice")  # still alice's, and not released
     again = rpc.call(roles.target, request, m.IterationState, TIMEOUT_S)
+    assert again.tasks[0]["ticket"] == state.tasks[0]["ticket"]
+
+
+def test_a_client_keeps_its_owner_across_a_fault_tolerant_restart(
+    cluster: Any, keys: RoleKeys, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    keys.use(monkeypatch, "alice")
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    c = _roles_cluster(
+        cluster,
+        keys,
+        client_timeout_ms=60_000,  # the raw client below never heartbeats
+        work_dir=str(journal),
+        fault_tolerant_mode=True,
+    )
+    state = _iteration(c)  # alice's iteration client, journaled with its owner
+    restart_dispatcher(c)
+    heartbeat = m.ClientHeartbeat(client_id=state.client_id)
+    keys.use(monkeypatch, "bob")  # bob heartbeats it first after the restart
+    with pytest.raises(errors.PermissionDeniedError, match="another key"):
+        rpc.call(c.target, heartbeat, m.IterationState, TIMEOUT_S)
+    keys.use(monkeypatch, "alice")
+    again = rpc.call(c.target, heartbeat, m.IterationState, TIMEOUT_S)
     assert again.tasks[0]["ticket"] == state.tasks[0]["ticket"]
 
 

@@ -6,6 +6,7 @@ decoded, and the time it takes (``pytest -s`` prints the figures).
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -22,7 +23,8 @@ from tests.bombs import (
 )
 from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._version import PROTOCOL_VERSION
-from zmqdata._wire import messages
+from zmqdata._wire import limits, messages
+from zmqdata._wire.budget import COUNT_FROM
 from zmqdata._wire.codec import decompress
 from zmqdata._wire.frames import (
     DEFAULT_LIMITS,
@@ -169,6 +171,46 @@ def test_control_messages_of_too_many_values_are_refused(payload: Any) -> None:
     figures = describe(f"control message of {len(data)} B", growth, seconds)
     print(figures)
     assert growth < GROWTH_BOUND, figures
+
+
+HEADER_BOMBS = {
+    "200k empty maps": [{}] * 200_000,
+    "200k empty lists": [[]] * 200_000,
+    "70k maps of one entry": [{0: 0}] * 70_000,
+    "200 lists of 1000 empty maps": [[{}] * 1000] * 200,
+}
+
+
+@pytest.mark.parametrize("payload", HEADER_BOMBS.values(), ids=list(HEADER_BOMBS))
+def test_a_frames_header_of_empty_containers_costs_a_bounded_multiple(
+    monkeypatch: pytest.MonkeyPatch, payload: Any
+) -> None:
+    """Before: 64 to 77 times its size; now what ``header_budget`` allows.
+
+    That is its lists and maps, plus the item slots of the list being unpacked
+    (8 bytes an item, allocated before the items are). Without the floor, so
+    that a small header shows the multiple.
+    """
+    monkeypatch.setattr(limits, "HEADER_BYTES_FLOOR", 0)
+    header = msgpack.packb({"v": 1, "n": 1, "m": {}, "r": [payload], "b": []})
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidArgumentError, match="bytes of lists and maps"):
+            decode([header])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    print(f"header of {len(header)} B: peak {peak / len(header):.1f} x its size")
+    assert peak < (limits.HEADER_BYTES_PER_BYTE + 8) * len(header)
+
+
+def test_big_legitimate_rows_headers_decode() -> None:
+    """Python lists and dicts of every length: the densest headers an encoder makes."""
+    elements = [{"a": i, "b": [i] * (i % 7), "c": (None, "x")} for i in range(5_000)]
+    frames = encode(elements)
+    assert "r" in msgpack.unpackb(frames[0])
+    assert len(frames[0]) > 4 * COUNT_FROM
+    assert decode(frames)[0] == elements
 
 
 def test_big_legitimate_control_messages_decode() -> None:

@@ -6,7 +6,9 @@ until the dispatcher answers that heartbeat, so a lost heartbeat (a
 dispatcher stalled or restarting) loses no acknowledgement; reporting a key
 twice is harmless. A report holds at most ``REPORT_NUMBERS`` numbers (the
 dispatcher refuses more); what does not fit goes in the next heartbeats, and
-``complete`` says whether everything received was reported.
+``complete`` says whether everything received was reported. The marks of
+1-to-many ops' outputs (``_wire/progress.py``) are reported the same way, the
+latest of each root (``progress``).
 
 >>> acks = Acks()
 >>> acks.received(7, [0, 4]); acks.received(7, [4, 6])
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zmqdata._wire.lineage import Ranges
+from zmqdata._wire.progress import REPORT_MARKS, Mark, Path, latest, pack, unpack
 
 REPORT_NUMBERS = 8_192
 """The most task ids and keys one heartbeat reports (the dispatcher's cap is 65,536)."""
@@ -33,13 +36,36 @@ class Acks:
         self._open: dict[int, Ranges] = {}
         self._sent: dict[int, list[list[int]]] = {}
         """Heartbeat request id -> the report it carried."""
+        self._marks: dict[tuple[int, ...], Path] = {}
+        self._marks_sent: dict[int, list[Mark]] = {}
         self.complete = True
-        """Whether the last report held every key received and not confirmed."""
+        """Whether the last report held every key (and mark) received and not
+        confirmed."""
 
-    def received(self, task_id: int, keys: Sequence[int]) -> None:
-        """A reply of ``task_id`` covered ``keys`` (flat ranges)."""
+    def received(
+        self,
+        task_id: int,
+        keys: Sequence[int],
+        progress: Sequence[Sequence[int]] = (),
+    ) -> None:
+        """A reply of ``task_id`` covered ``keys`` (flat ranges), with marks ``progress``."""
         if keys:
             self._open.setdefault(task_id, Ranges()).add_all(keys)
+        for numbers in progress:
+            mark = unpack(numbers)
+            if mark is not None:
+                root, path = mark
+                known = self._marks.get(root)
+                self._marks[root] = path if known is None else latest(known, path)
+
+    def progress(self, request_id: int) -> list[list[int]]:
+        """The marks to report with heartbeat ``request_id`` (after ``report``)."""
+        marks = list(self._marks.items())[:REPORT_MARKS]
+        if len(marks) < len(self._marks):
+            self.complete = False
+        if marks:
+            self._marks_sent[request_id] = marks
+        return [pack(mark) for mark in marks]
 
     def report(self, request_id: int) -> list[list[int]]:
         """``[[task_id, lo, hi, ...], ...]`` for the heartbeat ``request_id``."""
@@ -68,3 +94,7 @@ class Acks:
                     ranges.remove_all(keys)
                     if not ranges:
                         del self._open[task_id]
+        for sent_id in [i for i in self._marks_sent if i <= request_id]:
+            for root, path in self._marks_sent.pop(sent_id):
+                if self._marks.get(root) == path:
+                    del self._marks[root]

@@ -13,6 +13,7 @@ from typing import Any
 from zmqdata._client import rpc, settings
 from zmqdata._client.core import ReadOptions
 from zmqdata._client.reader import DistributedIterator, open_job
+from zmqdata._config import REQUEST_OVERHEAD_BYTES, check_pipeline_size
 from zmqdata._dataset import graph
 from zmqdata._dataset.constants import (
     AUTOTUNE,
@@ -234,13 +235,32 @@ def register_dataset(
         compression=compression,
         element_spec=encode_spec(dataset.element_spec),
     )
-    reply = rpc.call(
-        target,
-        request,
-        m.GetOrRegisterDatasetReply,
-        settings.current().dispatcher_timeout_s,
-    )
+    timeout_s = settings.current().dispatcher_timeout_s
+    _refuse_over_cap(target, request, timeout_s)
+    reply = rpc.call(target, request, m.GetOrRegisterDatasetReply, timeout_s)
     return reply.dataset_id
+
+
+ASK_CAP_FROM = REQUEST_OVERHEAD_BYTES // 2
+"""A registration this big asks the dispatcher its cap first; a smaller one is
+within any dispatcher's ``max_request_bytes``, so the dispatcher answers it."""
+
+
+def _refuse_over_cap(
+    target: str, request: m.GetOrRegisterDataset, timeout_s: float
+) -> None:
+    """Raises, without sending ``request``, if it is over the dispatcher's cap.
+
+    A dispatcher disconnects a peer that sends more than it accepts, before
+    receiving it (docs/reliability.md, Hostile input).
+    """
+    sizes = len(request.pipeline), len(request.element_spec)
+    if sum(sizes) < ASK_CAP_FROM:
+        return
+    status = rpc.call(target, m.GetStatus(), m.GetStatusReply, timeout_s).status
+    cap = status.get("max_pipeline_bytes")
+    if type(cap) is int:  # not told by a dispatcher of protocol v5
+        check_pipeline_size(*sizes, cap)
 
 
 def from_dataset_id(

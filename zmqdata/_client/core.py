@@ -11,11 +11,13 @@ coordinated rounds (``rounds.RoundPlan``). What it sends goes out through a
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zmqdata._client.acks import Acks
+from zmqdata._config import MIN_FENCE_TIMEOUT_MS
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._wire import messages as m
@@ -27,8 +29,15 @@ from zmqdata.errors import (
     from_code,
 )
 
+logger = logging.getLogger("zmqdata.client")
+
 END = object()
 """Put on the trainer's queue when the read is over."""
+SILENCE_S = MIN_FENCE_TIMEOUT_MS / 2000
+"""Exactly once: a reader that sent no heartbeat for this long (its process
+frozen, its thread starved) may have been fenced out of a lost task
+(``DispatcherConfig.fence_timeout_ms``, at least twice this): what it receives
+then waits for the dispatcher's answer, which says which tasks are still read."""
 
 Batch = tuple[list[Any], int, list[int], list[int], list[int]]
 """What goes to the trainer per reply: elements, their decoded bytes,
@@ -195,6 +204,11 @@ class ReadCore:
         """The task epoch of the last state applied (tasks it dropped are not read)."""
         self._fenced_epoch = 0
         """The epoch last reported: every ack of the tasks dropped by then is sent."""
+        self._last_heartbeat = now
+        self._hold_until: int | None = None
+        """After a silence: the heartbeat whose answer releases ``_held``."""
+        self._held: list[tuple[int, m.Elements, Batch]] = []
+        """Exactly-once replies received after a silence, not acknowledged yet."""
         self.done = False
         self._finished = False
         self._incarnation: str | None = None
@@ -224,6 +238,8 @@ class ReadCore:
     def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
         """Takes a worker reply (``parts`` are its frames, header first)."""
         self._last_worker_reply = now
+        if now - self._last_heartbeat > SILENCE_S:  # silent: hold what comes
+            self.heartbeat(now)
         if isinstance(header, m.Error):
             self.plan.on_error(self, header, now)
         elif isinstance(header, m.Elements):
@@ -265,8 +281,12 @@ class ReadCore:
         ]
         request_id = self.next_request_id()
         acked = self.acks.report(request_id)
+        progress = self.acks.progress(request_id)
         if self.acks.complete:  # no ack of a dropped task is left unsent
             self._fenced_epoch = self._task_epoch
+        if now - self._last_heartbeat > SILENCE_S and self._hold_until is None:
+            self._hold_until = request_id
+        self._last_heartbeat = now
         self.transport.to_dispatcher(
             m.ClientHeartbeat(
                 request_id=request_id,
@@ -274,6 +294,7 @@ class ReadCore:
                 finished_tasks=finished,
                 current_round=self.plan.current_round(),
                 acked=acked,
+                progress=progress,
                 task_epoch=self._fenced_epoch,
                 starved=self._starved(now),
                 deal=self.plan.deal_position(),
@@ -321,6 +342,7 @@ class ReadCore:
         # Nothing of a task dropped is taken any more (its replies answer
         # forgotten requests): the next heartbeat says so, acks included.
         self._task_epoch = state.task_epoch
+        self._release_held(state.request_id)
         self.plan.on_state(self, state)
         self._finished = state.finished
         self.maybe_end()
@@ -383,17 +405,52 @@ class ReadCore:
         """Hands decoded elements to the trainer thread.
 
         Exactly once: the keys ``header`` says they (and, at the end, what the
-        task dropped) cover are acknowledged as ``task_id``'s.
+        task dropped) cover are acknowledged as ``task_id``'s; after a silence
+        they wait for the dispatcher's answer first (``_release_held``).
         """
         keys, widths = ([], []) if header is None else (header.lineage, header.widths)
-        self.acks.received(task_id, keys)
         if elements:
             self.counters.sizes.append(max(1, nbytes // len(elements)))
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
-            self.transport.to_trainer((elements, nbytes, keys, widths, []))
-        elif keys:  # an end of sequence with dropped keys: consumed as well
-            self.transport.to_trainer(([], 0, keys, widths, []))
+        batch: Batch = (elements, nbytes if elements else 0, keys, widths, [])
+        if header is not None and keys and self._hold_until is not None:
+            self._held.append((task_id, header, batch))
+            return
+        self._hand_over(task_id, header, batch)
+
+    def _hand_over(self, task_id: int, header: m.Elements | None, batch: Batch) -> None:
+        """Acknowledges ``batch``'s keys as ``task_id``'s; hands it to the trainer.
+
+        An end of sequence with dropped keys only is consumed as well.
+        """
+        elements, _, keys, _, _ = batch
+        self.acks.received(task_id, keys, [] if header is None else header.progress)
+        if elements or keys:
+            self.transport.to_trainer(batch)
+
+    def _release_held(self, request_id: int) -> None:
+        """The dispatcher answered a heartbeat sent after a silence: ends the hold.
+
+        Replies of the tasks it still lists are delivered; those of tasks it
+        dropped meanwhile are not (nor acknowledged): their keys may be handed
+        out again already, since this reader was not waited for.
+        """
+        if self._hold_until is None or request_id < self._hold_until:
+            return
+        held, self._held, self._hold_until = self._held, [], None
+        dropped = 0
+        for task_id, header, batch in held:
+            if task_id in self.tasks:
+                self._hand_over(task_id, header, batch)
+            else:
+                dropped += len(batch[0])
+                self.counters.received -= len(batch[0])
+                self.counters.received_bytes -= batch[1]
+        if dropped:
+            logger.info(
+                "dropped %d elements of lost tasks received after a silence", dropped
+            )
 
     def deliver_dealt(self, elements: list[Any], anchors: list[int]) -> None:
         """Multi-rank reads: elements in order, with their splits' ``[ordinal, offset]``."""
@@ -412,7 +469,7 @@ class ReadCore:
         A LOCAL reader ends when every task it reads has ended: the tasks of
         other processes' workers, which it never reads, never finish for it.
         """
-        busy = any(t.outstanding for t in self.tasks.values())
+        busy = any(t.outstanding for t in self.tasks.values()) or bool(self._held)
         local_done = self.options.target_workers == "LOCAL" and bool(self.tasks)
         over = self._finished or local_done
         if over and not busy and not self.readable_tasks() and not self.done:

@@ -6,7 +6,8 @@ endpoint, each with a monitor of its connection (``links.Links``). It feeds
 what arrives to a ``core.ReadCore``, which decides what to ask for (first come
 with ``credit.CreditPlan``, coordinated rounds with ``rounds.RoundPlan``), and
 hands decoded batches to the trainer through a queue. Replies on one
-connection keep their order, so one worker's order is kept.
+connection keep their order, so one worker's order is kept. Each peer is
+spoken the protocol version it speaks (``versions.PeerVersion``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
+from zmqdata._wire.versions import PeerVersion
 from zmqdata.errors import PermissionDeniedError, UnavailableError, ZmqDataError
 
 logger = logging.getLogger("zmqdata.client")
@@ -112,6 +114,8 @@ class Fetcher(PollLoop):
         self._keys = settings.keys()
         self._out = out
         self._sockets_by_endpoint: dict[str, zmq.Socket[Any]] = {}
+        self._versions: dict[str, PeerVersion] = {}
+        """By endpoint (the dispatcher's too), the protocol version to speak."""
         # Connection state of every socket: a refused CURVE handshake fails the
         # read; a worker unreachable for worker_timeout_s fails it too.
         self._links = Links(settings.worker_timeout_s)
@@ -151,7 +155,7 @@ class Fetcher(PollLoop):
                 request, shm_probe=self._probe, shm_done=self._claims.take(endpoint)
             )
         try:
-            self._socket_for(endpoint).send(m.encode(request), zmq.NOBLOCK)
+            self._send(endpoint, request)
         except zmq.Again:
             return False
         return True
@@ -159,7 +163,21 @@ class Fetcher(PollLoop):
     def to_dispatcher(self, message: m.Message) -> None:
         """Sends without blocking: a dispatcher gone is noticed by its silence."""
         with contextlib.suppress(zmq.Again):
-            self._dispatcher.send(m.encode(message), zmq.NOBLOCK)
+            self._send(self._service, message)
+
+    def _send(self, endpoint: str, message: m.Message) -> None:
+        """Sends at the version ``endpoint`` speaks; raises ``zmq.Again`` if full."""
+        if endpoint == self._service:
+            sock = self._dispatcher
+        else:
+            sock = self._socket_for(endpoint)
+        sock.send(self._version_of(endpoint).encode(message, clock.now()), zmq.NOBLOCK)
+
+    def _version_of(self, endpoint: str) -> PeerVersion:
+        version = self._versions.get(endpoint)
+        if version is None:
+            version = self._versions[endpoint] = PeerVersion()
+        return version
 
     def to_trainer(self, item: Any) -> None:
         """Puts ``item`` on the trainer's queue."""
@@ -188,11 +206,11 @@ class Fetcher(PollLoop):
                 return
             self._core.on_links_lost(lost, now)
         elif sock is self._dispatcher:
-            self._drain(sock, self._on_dispatcher)
+            self._drain(sock, self._service, self._on_dispatcher)
             self._close_unused_sockets()
         else:
             self._claims.endpoint = self._endpoint_of(sock)
-            self._drain(sock, self._core.on_worker)
+            self._drain(sock, self._claims.endpoint, self._core.on_worker)
         self._core.request_more(clock.now())
 
     def on_tick(self, now: float) -> None:
@@ -243,6 +261,7 @@ class Fetcher(PollLoop):
         in_use = self._core.endpoints()
         for endpoint in [e for e in self._sockets_by_endpoint if e not in in_use]:
             sock = self._sockets_by_endpoint.pop(endpoint)
+            self._versions.pop(endpoint, None)
             monitor = self._links.forget(endpoint)
             if monitor is not None:
                 self._loop_poller.unregister(monitor)
@@ -252,15 +271,26 @@ class Fetcher(PollLoop):
     def _on_dispatcher(self, message: m.Message, _parts: list[Any], now: float) -> None:
         self._core.on_dispatcher(message, now)
 
-    def _drain(self, sock: zmq.Socket[Any], handle: Any) -> None:
-        """Hands every message waiting on ``sock`` to ``handle(header, parts, now)``."""
+    def _drain(self, sock: zmq.Socket[Any], endpoint: str, handle: Any) -> None:
+        """Hands every message waiting on ``sock`` to ``handle(header, parts, now)``.
+
+        A refusal of this protocol version by an older peer is not handed on:
+        what it refused is sent again at the peer's version.
+        """
         while True:
             try:
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
+            now = clock.now()
             try:
-                handle(m.decode(parts[0].buffer), parts, clock.now())
+                header, version = m.decode_versioned(parts[0].buffer)
+                again = self._version_of(endpoint).received(header, version, now)
+                if again is None:
+                    handle(header, parts, now)
+                for refused in again or ():
+                    with contextlib.suppress(zmq.Again):
+                        self._send(endpoint, refused)
             except ZmqDataError as error:
                 self._core.fail(error)
 

@@ -5,7 +5,9 @@ the connection exists, and the request is re-sent with backoff in case a
 previous dispatcher took it down with it. Running out of time raises
 ``UnavailableError``, saying why when it can be told (the host does not resolve,
 the connection is refused); a warning is logged after ``WARN_AFTER_S`` already.
-An error reply raises the matching ``zmqdata.errors`` class.
+An error reply raises the matching ``zmqdata.errors`` class. A dispatcher of
+the previous protocol version refuses this one's: the request is sent again
+at its version (``versions.PeerVersion``).
 With CURVE keys in the client settings the socket is a CurveZMQ client, and a
 failed handshake (a key the server does not accept) raises
 ``PermissionDeniedError`` at once instead of waiting for the deadline.
@@ -26,6 +28,7 @@ from zmqdata._runtime import auth, reach
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._wire import messages as m
+from zmqdata._wire.versions import PeerVersion
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
 
 logger = logging.getLogger("zmqdata.client")
@@ -50,11 +53,12 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
     poller.register(monitor, zmq.POLLIN)
     started = time.monotonic()
     warned = False
+    peer = PeerVersion()
     try:
         sock.connect(target)
         for wait in attempts(deadline, backoff):
-            sock.send(m.encode(request))
-            reply = _wait_for_reply(sock, monitor, poller, wait, target, request)
+            sock.send(peer.encode(request, time.monotonic()))
+            reply = _wait_for_reply(sock, monitor, poller, wait, target, request, peer)
             if reply is not None:
                 if not isinstance(reply, reply_type):
                     raise UnavailableError(
@@ -87,8 +91,11 @@ def _wait_for_reply(
     wait: Deadline,
     target: str,
     request: m.Message,
+    peer: PeerVersion,
 ) -> m.Message | None:
     """The answer to ``request`` within ``wait`` (None if none came).
+
+    A refusal of this protocol version sends it again at the server's.
 
     Raises:
         PermissionDeniedError: The CURVE handshake was refused.
@@ -99,8 +106,11 @@ def _wait_for_reply(
         if monitor in events:
             auth.check_handshake(monitor, target)
         if sock in events:
-            reply = _decode(sock.recv())
-            if reply.request_id != request.request_id:
+            reply, version = _decode(sock.recv())
+            again = peer.received(reply, version, time.monotonic())
+            if again:
+                sock.send(peer.encode(request, time.monotonic()))
+            if again is not None or reply.request_id != request.request_id:
                 continue  # a late answer to an earlier attempt
             if isinstance(reply, m.Error):
                 raise from_code(reply.code, reply.message)
@@ -108,9 +118,9 @@ def _wait_for_reply(
     return None
 
 
-def _decode(payload: bytes) -> m.Message:
+def _decode(payload: bytes) -> tuple[m.Message, int]:
     try:
-        return m.decode(payload)
+        return m.decode_versioned(payload)
     except ZmqDataError:
         raise
     except Exception as error:

@@ -31,6 +31,7 @@ from zmqdata._wire.lineage import EMPTY, Lineage, join
 from zmqdata.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
+    from zmqdata._dataset.marks import Marks
     from zmqdata._dataset.node import Node
 
 Split = Any
@@ -126,6 +127,8 @@ class IterContext:
     passes: dict[int, tuple[int, int]] = field(default_factory=dict)
     lineage: bool = False
     ignored: IgnoredErrors = field(default_factory=IgnoredErrors)
+    marks: Marks | None = None
+    """With ``lineage``, the marks of expanding ops' outputs (``_dataset/marks.py``)."""
 
     def provider_for(self, node: Node) -> SplitProvider | None:
         """The split provider if ``node`` is the split source of this pass."""

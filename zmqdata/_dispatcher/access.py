@@ -9,15 +9,18 @@ only that key may heartbeat or release it, and the ``IterationState`` replies
 to it carry a read ticket per task (``auth.read_ticket``) for that key only,
 which the tasks' workers check on every read.
 
-Owners live in memory: after a fault-tolerant restart the first key to
-heartbeat a client owns it again.
+The owner is journaled with the client (``ClientAcquired.owner``): after a
+fault-tolerant restart ``restore`` gives every client its owner back. Only a
+client replayed from a journal written before owners were has none: the first
+key to heartbeat it owns it, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
+from zmqdata._dispatcher.model import Client
 from zmqdata._dispatcher.state import Outgoing
 from zmqdata._runtime import auth
 from zmqdata._wire import messages as m
@@ -102,6 +105,12 @@ class Access:
             for info in map(TaskInfo.from_wire, state.tasks)
         ]
         return dataclasses.replace(state, tasks=tasks)
+
+    def restore(self, clients: Iterable[Client]) -> None:
+        """The owners of ``clients`` (replayed from the journal) that have one."""
+        for client in clients:
+            if client.owner:
+                self._owners[client.client_id] = client.owner
 
     def forget(self, clients: Container[int]) -> None:
         """Drops the owners of the clients not in ``clients`` (released, timed out)."""

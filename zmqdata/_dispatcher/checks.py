@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from zmqdata._config import DispatcherConfig
+from zmqdata._config import DispatcherConfig, check_pipeline_size
 from zmqdata._dataset import graph
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import dealing, model
@@ -75,15 +75,9 @@ def _worker_heartbeat(msg: m.WorkerHeartbeat, config: DispatcherConfig) -> None:
 def _get_or_register_dataset(
     msg: m.GetOrRegisterDataset, config: DispatcherConfig
 ) -> None:
-    size, cap = len(msg.pipeline), config.max_pipeline_bytes
-    if size + len(msg.element_spec) > cap:
-        raise InvalidArgumentError(
-            f"the pipeline is {size} bytes (with its element spec "
-            f"{size + len(msg.element_spec)}), over the dispatcher's cap of "
-            f"{cap} (DispatcherConfig.max_pipeline_bytes): read large data "
-            "from files (e.g. list_files + map) instead of embedding it with "
-            "from_tensor_slices / from_tensors"
-        )
+    check_pipeline_size(
+        len(msg.pipeline), len(msg.element_spec), config.max_pipeline_bytes
+    )
 
 
 MAX_ACKED_NUMBERS = 2**16

@@ -10,6 +10,7 @@ create records, so a replayed state starts with every peer freshly seen.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -130,6 +131,18 @@ class RangesAcked:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputsAcked:
+    """Exactly once: consumers received 1-to-many ops' outputs up to ``marks``.
+
+    Each a packed mark (``_wire/progress.py``) that says more than the one kept
+    for its root.
+    """
+
+    iteration_id: int
+    marks: tuple[Sequence[int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ClientFenced:
     """Exactly once: a client reads no task lost up to ``epoch`` any more.
 
@@ -207,6 +220,9 @@ class ClientAcquired:
     now: float
     request_key: bytes = b""
     """The joining request's idempotency key (a retry finds this client)."""
+    owner: str = ""
+    """CurveZMQ: the public key (Z85) that acquired it, the only one that may
+    heartbeat or release it ("": a plain cluster, or a journal older than owners)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +268,7 @@ Event = (
     | SplitProduced
     | RangesHanded
     | RangesAcked
+    | OutputsAcked
     | ClientFenced
     | IterationResumed
     | DealResumed

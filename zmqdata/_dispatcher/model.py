@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -159,6 +160,10 @@ class Iteration:
     """Exactly once: how many tasks with unacknowledged keys it lost."""
     done: Ranges = field(default_factory=Ranges)
     """Exactly once, resumed reads: keys consumed before; never handed out."""
+    progress: dict[int, list[int]] = field(default_factory=dict)
+    """Exactly once: the first key of a root -> the latest mark acknowledged of
+    the outputs a 1-to-many op made of it, packed (``_wire/progress.py``),
+    while its keys are owed."""
     deal_epoch: int = 0
     """Multi-rank reads: the epoch whose split order this iteration follows."""
     deal_start: int = 0
@@ -176,6 +181,20 @@ class Iteration:
     done_consumers: list[int] = field(default_factory=list)
     """Multi-rank reads: consumer indices that received all their elements."""
 
+    def owes(self, key: int) -> bool:
+        """Whether ``key`` is handed to a task or waits to be, unacknowledged."""
+        return (
+            key in self.pending
+            or any(key in task.unacked for task in self.tasks.values())
+            or any(key in orphan["keys"] for orphan in self.orphans.values())
+        )
+
+    def marks_in(self, keys: Sequence[int]) -> list[list[int]]:
+        """The marks of ``progress`` whose root starts among ``keys`` (flat ranges)."""
+        handed = Ranges()
+        handed.add_all(keys)
+        return [mark for first, mark in self.progress.items() if first in handed]
+
     def unacked(self, task_id: int) -> Ranges | None:
         """The unacknowledged keys of task ``task_id``, live or lost (None: neither)."""
         task = self.tasks.get(task_id)
@@ -190,3 +209,5 @@ class Client:
     client_id: int
     iteration_id: int
     last_seen: float
+    owner: str = ""
+    """CurveZMQ: the public key that acquired it (``ClientAcquired.owner``)."""

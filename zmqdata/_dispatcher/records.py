@@ -95,6 +95,7 @@ class ClusterRecords:
             ev.SplitProduced: self._split_produced,
             ev.RangesHanded: self._ranges_handed,
             ev.RangesAcked: self._ranges_acked,
+            ev.OutputsAcked: self._outputs_acked,
             ev.ClientFenced: self._client_fenced,
             ev.IterationResumed: self._iteration_resumed,
             ev.DealResumed: self._deal_resumed,
@@ -278,9 +279,19 @@ class ClusterRecords:
         if held is None:
             return
         held.remove_all(e.keys)
+        if iteration.progress:  # a root all acknowledged needs no mark
+            acked = Ranges()
+            acked.add_all(e.keys)
+            for first in [k for k in iteration.progress if k in acked]:
+                del iteration.progress[first]
         if not held and e.task_id in iteration.orphans:  # a lost task's, all delivered
             del iteration.orphans[e.task_id]
             self._check_finished(iteration)
+
+    def _outputs_acked(self, e: ev.OutputsAcked) -> None:
+        progress = self.iterations[e.iteration_id].progress
+        for mark in e.marks:
+            progress[mark[1]] = list(mark)  # keyed by the root's first key
 
     def _client_fenced(self, e: ev.ClientFenced) -> None:
         self._unwait(self.iterations[e.iteration_id], e.client_id, e.epoch)
@@ -344,7 +355,9 @@ class ClusterRecords:
         iteration.schedule.append((start, sorted(task_ids)))
 
     def _client_acquired(self, e: ev.ClientAcquired) -> None:
-        self.clients[e.client_id] = model.Client(e.client_id, e.iteration_id, e.now)
+        self.clients[e.client_id] = model.Client(
+            e.client_id, e.iteration_id, e.now, e.owner
+        )
         self.iterations[e.iteration_id].clients.add(e.client_id)
         self._remember(e.request_key, e.client_id)
 

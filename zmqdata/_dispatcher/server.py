@@ -31,8 +31,6 @@ MAX_BATCH = 1000
 """Requests handled per wake-up at most (then the loop ticks)."""
 GROUP_MAX = 256
 """Requests handled as one group (one journal commit) at most."""
-REQUEST_OVERHEAD_BYTES = 1 << 20
-"""What a request may hold besides its pipeline (element spec, fields)."""
 
 
 def _incarnation(work_dir: Path) -> str:
@@ -47,8 +45,9 @@ def _incarnation(work_dir: Path) -> str:
 class _DispatcherLoop(PollLoop):
     """The dispatcher's one thread: its ROUTER socket around a pure ``DispatcherState``.
 
-    Each request is decoded (refused unread if it is over the size limit)
-    and checked against its sender's CURVE role. Group commit (fault-tolerant
+    Each request is decoded (one over ``max_request_bytes`` never arrives:
+    libzmq disconnects its sender) and checked against its sender's CURVE role; what is sent to a peer is
+    encoded at the protocol version it spoke last (``protocols.py``). Group commit (fault-tolerant
     mode): every request waiting (``GROUP_MAX`` at most) is handled by the
     state as one group, whose events are kept with one fsync, and only then
     are the group's replies sent. Without a journal each request is a group
@@ -89,6 +88,8 @@ class _DispatcherLoop(PollLoop):
                 _incarnation(Path(self.config.work_dir)),
             )
             records = self.state.records
+            if self._access is not None:
+                self._access.restore(records.clients.values())
             logger.info(
                 "dispatcher state replayed from %s: %d workers, %d jobs, %d clients",
                 self.journal.path,
@@ -104,7 +105,13 @@ class _DispatcherLoop(PollLoop):
         try:
             protocol = self.config.protocol
             host = ipc.bind_host(protocol, self.config.host)
-            self.endpoint = self.bind(self._router, protocol, host, self.config.port)
+            self.endpoint = self.bind(
+                self._router,
+                protocol,
+                host,
+                self.config.port,
+                max_message_bytes=self.config.max_request_bytes,
+            )
         except BaseException:
             auth.release(self._keys)
             if self.journal is not None:
@@ -151,12 +158,14 @@ class _DispatcherLoop(PollLoop):
         """
         answers: list[list[Outgoing] | None] = []
         requests: list[tuple[bytes, m.Message]] = []
+        keys: list[str] = []
         for frames, user in group:
             request, refused = self._check(frames, user)
             answers.append(refused)
             if request is not None:
                 requests.append(request)
-        handled = iter(self.state.handle_group(requests, time.monotonic()))
+                keys.append(user or "")
+        handled = iter(self.state.handle_group(requests, time.monotonic(), keys))
         outgoing: list[Outgoing] = []
         for (frames, user), refused in zip(group, answers, strict=True):
             if refused is not None:
@@ -176,19 +185,9 @@ class _DispatcherLoop(PollLoop):
             self._bad_input.warning("dropped a %d-frame message", len(frames))
             return None, []
         peer, payload = frames
-        limit = self.config.max_pipeline_bytes + REQUEST_OVERHEAD_BYTES
-        if len(payload) > limit:  # refused without decoding: no long stall
-            error = InvalidArgumentError(
-                f"a request of {len(payload)} bytes is over this dispatcher's "
-                f"limit of {limit} (DispatcherConfig.max_pipeline_bytes="
-                f"{self.config.max_pipeline_bytes} plus {REQUEST_OVERHEAD_BYTES} "
-                "bytes): read large data from files in the pipeline instead of "
-                "embedding it"
-            )
-            self._bad_input.warning("refused: %s", error.message)
-            return None, self._refuse(peer, m.peek_request_id(payload), error)
         try:
-            message = m.decode(payload)
+            message, version = m.decode_versioned(payload)
+            self.state.protocols.heard(peer, message, version)
             if self._access is not None:
                 self._access.check(user, message)
         except (InvalidArgumentError, FailedPreconditionError) as error:
@@ -218,8 +217,10 @@ class _DispatcherLoop(PollLoop):
             self.journal.close()
 
     def _send(self, outgoing: list[Outgoing]) -> None:
+        """Sends each message at the version its peer spoke last (its request's)."""
+        spoken = self.state.protocols.peers
         for peer, message in outgoing:
-            self._router.send_multipart([peer, m.encode(message)])
+            self._router.send_multipart([peer, m.encode(message, spoken.of(peer))])
 
 
 def _collect(state: DispatcherState, journal: Journal | None) -> list[Any]:

@@ -15,6 +15,7 @@ handed out again, ``RangesHanded``) event it returns. A split goes out as
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -94,13 +95,17 @@ class Splits:
         carries the keys handed.
         """
         if answered_before(task, request):
-            return self._reply(request, self._again(iteration, task)), None
+            again = self._reply(request, self._again(iteration, task))
+            return _with_marks(again, iteration, task.last_keys), None
         if iteration.pending:
             keys = Ranges(iteration.pending).take(request.max_splits * self.size)
             handed = ev.RangesHanded(
                 iteration.iteration_id, task.task_id, request.request_id, tuple(keys)
             )
-            return self._reply(request, self.handed(keys)), handed
+            reply = _with_marks(
+                self._reply(request, self.handed(keys)), iteration, keys
+            )
+            return reply, handed
         same_repetition = request.repetition == iteration.split_repetition
         index = iteration.next_split if same_repetition else 0
         total = self.count()
@@ -190,6 +195,15 @@ class Splits:
     @staticmethod
     def _reply(request: m.GetSplit, splits: list[list[int]]) -> m.GetSplitReply:
         return m.GetSplitReply(request_id=request.request_id, splits=splits)
+
+
+def _with_marks(
+    reply: m.GetSplitReply, iteration: model.Iteration, keys: Sequence[int]
+) -> m.GetSplitReply:
+    """``reply``, handing ``keys`` out again, with the marks of their roots."""
+    if not keys or not iteration.progress:
+        return reply
+    return dataclasses.replace(reply, progress=iteration.marks_in(keys))
 
 
 def answered_before(task: model.Task, request: m.GetSplit) -> bool:

@@ -49,12 +49,14 @@ from zmqdata._dispatcher import (
     status,
 )
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
+from zmqdata._wire.progress import REPORT_MARKS, covers, pack, unpack
 from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -74,7 +76,13 @@ ROUND_MARGIN = 1024
 AUTOSCALE_EVERY_S = 0.5
 """How often the autoscaler observes demand and supply (``autoscale.py``)."""
 MAX_TASKS_IGNORING = 65536
+STALLED_S = 1.0
+"""A tick this late means the dispatcher itself stalled (SIGSTOP, a long
+request, a slow disk): fence timeouts count again from then, so consumers
+whose heartbeats waited in its queue are not taken for silent."""
 """Tasks per job whose ``ignore_errors`` counts the status keeps."""
+MAX_MARKS = 65_536
+"""The most roots an iteration keeps marks of (``model.Iteration.progress``)."""
 
 __all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
 
@@ -101,14 +109,20 @@ class DispatcherState:
         self.started = now  # the uptime in the status counts from here
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
         self._liveness_due = float("-inf")  # next scan for silent peers (the same)
+        self._last_tick = now  # liveness too: a late tick is a stall of our own
+        self._awake_since = now  # fence timeouts count from here at the earliest
         self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
         self._left_seen: dict[tuple[str, int], float] = {}
+        self._key = ""
+        """The CurveZMQ public key of the request being handled ("": plain)."""
         """When each peer that left in this group was last seen (for a roll back)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.requests_total = 0
         self.errors_total = 0
         self.splits_total = 0
+        self.protocols = Protocols()
+        """The protocol version each peer speaks (the server fills it in)."""
         # Autoscaling (``autoscale.py``): liveness data too, resent by every heartbeat.
         self.autoscaler = autoscale.Autoscaler()
         self.draining: set[int] = set()
@@ -170,8 +184,14 @@ class DispatcherState:
             now=now,
             started=self.started,
             worker_timeout_s=self.config.worker_timeout_ms / 1000,
+            protocols=self.protocols.of_workers(self.records),
         )
-        return {**shown, "autoscale": self.autoscaler.advice.as_dict()}
+        return {
+            **shown,
+            "autoscale": self.autoscaler.advice.as_dict(),
+            "protocol": self.protocols.status(self.records),
+            "max_pipeline_bytes": self.config.max_pipeline_bytes,
+        }
 
     # ------------------------------------------------------------ entry points
 
@@ -184,11 +204,16 @@ class DispatcherState:
         return outgoing
 
     def handle_group(
-        self, requests: Sequence[tuple[bytes, m.Message]], now: float
+        self,
+        requests: Sequence[tuple[bytes, m.Message]],
+        now: float,
+        keys: Sequence[str] = (),
     ) -> list[list[Outgoing]]:
         """Group commit: applies every request, then keeps their events at once.
 
         Only then does it return what to send for each ``(peer, request)``.
+        ``keys``: under CurveZMQ, each request's public key (the owner of an
+        iteration client it acquires); none for a plain cluster.
 
         If the events cannot be kept (a full disk), the state rolls back to
         before the group and every request of it is answered ``UNAVAILABLE``:
@@ -196,7 +221,11 @@ class DispatcherState:
         """
         errors, splits = self.errors_total, self.splits_total
         self._left_seen.clear()
-        outgoing = [self._handle(peer, message, now) for peer, message in requests]
+        keys = keys or [""] * len(requests)
+        outgoing = [
+            self._handle(peer, message, now, key)
+            for (peer, message), key in zip(requests, keys, strict=True)
+        ]
         try:
             self._sink.applied(self.records)
         except UnavailableError as error:
@@ -240,9 +269,12 @@ class DispatcherState:
             if was is not None and was.last_client_released is not None:
                 iteration.last_client_released = was.last_client_released
 
-    def _handle(self, peer: bytes, message: m.Message, now: float) -> list[Outgoing]:
-        """One request of a group: what to send once the group is kept."""
+    def _handle(
+        self, peer: bytes, message: m.Message, now: float, key: str
+    ) -> list[Outgoing]:
+        """One request of a group, from CurveZMQ ``key``: what to send once kept."""
         handler = self._handlers.get(type(message))
+        self._key = key
         self.requests_total += 1
         try:
             if handler is None:
@@ -278,6 +310,9 @@ class DispatcherState:
 
     def _tick(self, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
+        if now - self._last_tick > STALLED_S:
+            self._awake_since = now
+        self._last_tick = now
         if now >= self._liveness_due:
             self._liveness_due = self._drop_silent(now, out)
         if self._gc_due is None or now >= self._gc_due:
@@ -329,10 +364,50 @@ class DispatcherState:
                 out += self._release(client, now)
         due = [w.last_seen + worker_timeout for w in records.workers.values()]
         due += [c.last_seen + client_timeout for c in records.clients.values()]
+        due += self._time_out_fences(now, out)
         return min(due, default=now + min(worker_timeout, client_timeout))
 
+    def _time_out_fences(self, now: float, out: list[Outgoing]) -> list[float]:
+        """Exactly once: stops waiting for readers silent for ``fence_timeout_ms``.
+
+        A lost task's keys wait for every reader of its iteration to fence it;
+        a silent reader (a frozen process) would hold them for
+        ``client_timeout_ms``. Its fence is taken as given (``ClientFenced`` at
+        the iteration's task epoch); what it receives after its silence it
+        holds until the dispatcher answers, dropping the lost tasks' elements
+        (``_client/core.py``). Returns when the readers still waited for time out.
+        """
+        timeout = self.config.fence_timeout_ms / 1000
+        due: list[float] = []
+        for iteration in [i for i in self.records.iterations.values() if i.orphans]:
+            orphans = iteration.orphans.values()
+            fenced = False
+            for client_id in sorted({c for o in orphans for c in o["waiting"]}):
+                client = self.records.clients[client_id]
+                since = max(client.last_seen, self._awake_since)
+                if now - since <= timeout:
+                    due.append(since + timeout)
+                    continue
+                logger.info(
+                    "iteration %d: client %d silent for %.1f s, its fence of lost "
+                    "tasks is not waited for (fence_timeout_ms)",
+                    iteration.iteration_id,
+                    client_id,
+                    now - since,
+                )
+                epoch = iteration.task_epoch
+                self.apply(ev.ClientFenced(iteration.iteration_id, client_id, epoch))
+                fenced = True
+            if fenced:
+                out += self._recover(iteration.iteration_id)
+        return due
+
     def _remove_worker(self, worker_id: int) -> list[Outgoing]:
-        """Drops a worker and its tasks; their lost keys may need a new task."""
+        """Drops a worker and its tasks; their lost keys may need a new task.
+
+        Its tasks' fences may time out before the next scan was due: scan again.
+        """
+        self._liveness_due = float("-inf")
         tasks = self.records.worker_tasks.get(worker_id, {}).values()
         iteration_ids = sorted({task.iteration_id for task in tasks})
         self.apply(ev.WorkerRemoved(worker_id))
@@ -704,7 +779,10 @@ class DispatcherState:
                 )
             out = self._start(records.iterations[iteration_id])
         client_id = records.next_id
-        self.apply(ev.ClientAcquired(client_id, iteration_id, now, msg.request_key))
+        acquired = ev.ClientAcquired(
+            client_id, iteration_id, now, msg.request_key, owner=self._key
+        )
+        self.apply(acquired)
         state = self._state_of(records.clients[client_id], msg.request_id)
         return [(peer, state), *out]
 
@@ -750,6 +828,7 @@ class DispatcherState:
         self.starved[client.client_id] = _fraction(msg.starved)
         iteration = self.records.iterations[client.iteration_id]
         self._ack(iteration, msg.acked)
+        self._outputs_acked(iteration, msg.progress)
         if _fences(iteration, client.client_id, msg.task_epoch):
             fenced = ev.ClientFenced(
                 iteration.iteration_id, client.client_id, msg.task_epoch
@@ -798,6 +877,34 @@ class DispatcherState:
             held = iteration.unacked(task_id)
             if held is not None and _overlaps(held, keys):
                 self.apply(ev.RangesAcked(iteration.iteration_id, task_id, tuple(keys)))
+
+    def _outputs_acked(
+        self, iteration: model.Iteration, progress: list[list[int]]
+    ) -> None:
+        """Keeps the marks of a consumer's heartbeat that say more than those kept.
+
+        Only for roots whose keys are still owed (after the keys it acknowledged
+        with them), up to ``MAX_MARKS`` roots per iteration.
+        """
+        if not progress or not self.records.tracked(iteration):
+            return
+        kept = iteration.progress
+        news = []
+        for numbers in progress[:REPORT_MARKS]:
+            mark = unpack(numbers)
+            if mark is None:
+                continue
+            root, path = mark
+            known = unpack(kept.get(root[0], ()))
+            if known is not None and known[0] == root and covers(known[1], path):
+                continue
+            if known is None and (
+                len(kept) >= MAX_MARKS or not iteration.owes(root[0])
+            ):
+                continue
+            news.append(tuple(pack(mark)))
+        if news:
+            self.apply(ev.OutputsAcked(iteration.iteration_id, tuple(news)))
 
     def _state_of(self, client: model.Client, request_id: int) -> m.IterationState:
         state = replies.iteration_state(

@@ -35,10 +35,12 @@ def render(
     now: float | None = None,
     started: float | None = None,
     worker_timeout_s: float | None = None,
+    protocols: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """The status of every worker, dataset and job; ``samples``: workers' stats.
 
     ``ignored``: by job, then task, the errors ``ignore_errors`` skipped.
+    ``protocols``: by worker id, the protocol version it speaks (if known).
 
     ``now``: the dispatcher's clock, for heartbeat ages and the uptime since
     ``started`` (both ``None`` without it).
@@ -53,7 +55,13 @@ def render(
         "uptime_s": None if now is None or started is None else now - started,
         "worker_timeout_s": worker_timeout_s,
         "workers": [
-            _worker(w, task_counts.get(w.worker_id, 0), samples.get(w.worker_id), now)
+            _worker(
+                w,
+                task_counts.get(w.worker_id, 0),
+                samples.get(w.worker_id),
+                now,
+                (protocols or {}).get(w.worker_id),
+            )
             for w in records.workers.values()
         ],
         "datasets": [
@@ -135,9 +143,11 @@ def _worker(
     num_tasks: int,
     sample: WorkerSample | None,
     now: float | None,
+    protocol: int | None,
 ) -> dict[str, Any]:
     return {
         "worker_id": worker.worker_id,
+        "protocol": protocol,
         "address": worker.worker_address,
         "data_address": worker.data_address,
         "index": worker.index,

@@ -76,12 +76,22 @@ class PollLoop:
             self._loop_poller.register(sock, zmq.POLLIN)
         return sock
 
-    def bind(self, sock: zmq.Socket[Any], protocol: str, host: str, port: int) -> str:
+    def bind(
+        self,
+        sock: zmq.Socket[Any],
+        protocol: str,
+        host: str,
+        port: int,
+        max_message_bytes: int | None = None,
+    ) -> str:
         """Binds like ``bind``; the port is free again when ``stop`` returns.
 
-        Every socket a server binds gets ``MAXMSGSIZE = MAX_MESSAGE_BYTES``.
+        Every socket a server binds gets ``MAXMSGSIZE = max_message_bytes``
+        (default ``MAX_MESSAGE_BYTES``).
         """
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        if max_message_bytes is None:
+            max_message_bytes = MAX_MESSAGE_BYTES
+        sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         endpoint = bind(sock, protocol, host, port)
         if protocol in ("tcp", "ipc"):
             monitor = sock.get_monitor_socket(zmq.EVENT_CLOSED)

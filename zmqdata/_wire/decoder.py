@@ -20,12 +20,16 @@ from typing import Any, TypeAlias
 import msgpack
 import numpy as np
 
+from zmqdata._wire.budget import BudgetSpent
 from zmqdata._wire.codec import Buffer, byte_view, decompress
 from zmqdata._wire.limits import (
+    HEADER_BYTES_FLOOR,
+    HEADER_BYTES_PER_BYTE,
     Limits,
     check_buffer_table,
     check_objects,
     count_nodes,
+    header_budget,
 )
 from zmqdata._wire.schema import (
     ARRAY_KINDS,
@@ -127,8 +131,17 @@ def _structure(
 def _unpack_header(view: memoryview) -> dict[str, Any]:
     try:
         header = msgpack.unpackb(
-            view, raw=False, strict_map_key=False, ext_hook=unpack_ext
+            view,
+            raw=False,
+            strict_map_key=False,
+            ext_hook=unpack_ext,
+            **header_budget(view.nbytes),
         )
+    except BudgetSpent as error:
+        raise InvalidArgumentError(
+            f"header of {view.nbytes} bytes {error} (HEADER_BYTES_PER_BYTE="
+            f"{HEADER_BYTES_PER_BYTE} per byte plus {HEADER_BYTES_FLOOR}): refused"
+        ) from None
     except (ValueError, TypeError, msgpack.UnpackException) as error:
         raise InvalidArgumentError(f"header is not valid msgpack: {error}") from error
     if not isinstance(header, dict):

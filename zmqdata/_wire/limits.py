@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from zmqdata._wire.budget import COUNT_FROM, UnpackBudget, container_bytes
 from zmqdata._wire.schema import CONTAINERS, MAX_DEPTH, SHARED
 from zmqdata.errors import InvalidArgumentError
 
@@ -23,6 +24,12 @@ OBJECTS_PER_BYTE: Final = 4
 leaf values) per byte received, ..."""
 OBJECTS_FLOOR: Final = 1 << 16
 """... plus this many, whatever the size of the message."""
+HEADER_BYTES_PER_BYTE: Final = 24
+"""A header's lists and maps may hold at most this many bytes of Python memory
+per byte of it (an encoder's header holds at most 18; one of empty maps, 72),
+..."""
+HEADER_BYTES_FLOOR: Final = 16 << 20
+"""... plus this many, whatever its size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,14 @@ class Limits:
 
 
 DEFAULT_LIMITS: Final = Limits()
+
+
+def header_budget(size: int) -> dict[str, Any]:
+    """``msgpack.unpackb`` hooks bounding what a header of ``size`` bytes builds."""
+    if size < COUNT_FROM:
+        return {}
+    limit = HEADER_BYTES_PER_BYTE * size + HEADER_BYTES_FLOOR
+    return UnpackBudget(limit, container_bytes, "bytes of lists and maps").hooks()
 
 
 def check_buffer_table(table: list[Any], frames: int, room: int, limits: Limits) -> int:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
+from zmqdata._wire.progress import Mark, Path, latest, pack
+
 STRIDE = 2**40
 """Keys per repetition: sources hold fewer elements than this."""
 
@@ -177,13 +179,27 @@ class Coverage:
     ([0, 5], [2, 1, 1, 3])
     >>> Coverage.tail(reply.keys, reply.widths, 1), Coverage.tail(reply.keys, reply.widths, 2)
     ([2, 5], [1, 5])
+
+    ``progress`` holds the latest mark of each root its elements carry
+    (``_wire/progress.py``).
     """
 
-    __slots__ = ("keys", "widths")
+    __slots__ = ("keys", "progress", "widths")
 
     def __init__(self) -> None:
         self.keys: list[int] = []
         self.widths: list[int] = []
+        self.progress: dict[tuple[int, ...], Path] = {}
+
+    def mark(self, marks: Iterable[Mark]) -> None:
+        """Notes the marks of an element added."""
+        progress = self.progress
+        for root, path in marks:
+            progress[root] = latest(progress[root], path) if root in progress else path
+
+    def packed_progress(self) -> list[list[int]]:
+        """``progress`` as lists of numbers (``progress.pack``)."""
+        return [pack(mark) for mark in self.progress.items()]
 
     def add(self, lineage: Lineage) -> None:
         """Appends one element covering ``lineage``."""

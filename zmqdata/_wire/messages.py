@@ -1,10 +1,14 @@
 """Control messages: typed dataclasses, one explicit table, msgpack on the wire.
 
-Every message travels as a msgpack map ``{"v": PROTOCOL_VERSION, "t": TYPE,
+Every message travels as a msgpack map ``{"v": version, "t": TYPE,
 **fields}``. Names follow tf.data service's RPCs as request/reply pairs. Decoding
 checks the version, the type and each field's runtime type, and raises
-``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version mismatch)
-instead of letting bad input reach a handler.
+``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version it does
+not accept) instead of letting bad input reach a handler.
+
+Versions ``OLDEST_PROTOCOL_VERSION`` to ``PROTOCOL_VERSION`` are accepted
+(``accepts``); a message encoded for an older peer leaves out what ``ADDED_IN``
+says came later (``versions.py`` picks the version to speak to each peer).
 
 >>> message = GetSplit(request_id=7, iteration_id=3, repetition=0, max_splits=4)
 >>> decode(encode(message))
@@ -21,7 +25,8 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from zmqdata._version import PROTOCOL_VERSION
+from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION
+from zmqdata._wire.budget import COUNT_FROM, UnpackBudget, count_values
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MAX_MESSAGE_BYTES = 1 << 30
@@ -30,23 +35,14 @@ MAX_VALUES = 1 << 18
 """The most lists, maps, list items and map entries a control message of
 ``COUNT_FROM`` bytes or more may hold, in all: a message of empty maps or short
 strings would otherwise unpack to about 70 times its size in Python objects."""
-COUNT_FROM = 1 << 16
-"""Smaller messages are not counted (70 times their size is harmless)."""
-
-
-class _ValueBudget:
-    """A list and map hook for msgpack: counts the values, refuses too many."""
-
-    __slots__ = ("left",)
-
-    def __init__(self) -> None:
-        self.left = MAX_VALUES
-
-    def take(self, container: Any) -> Any:
-        self.left -= 1 + len(container)
-        if self.left < 0:
-            raise ValueError(f"more than {MAX_VALUES} values")
-        return container
+ADDED_IN: dict[str, int] = {
+    "elements.progress": 6,
+    "client_heartbeat.progress": 6,
+    "get_split_reply.progress": 6,
+}
+"""What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
+version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
+default). A message encoded for an older peer leaves the fields out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,6 +160,9 @@ class GetSplitReply(Message):
     end_of_splits: bool = False
     repetition: int = 0
     """The repetition the dispatcher is handing out splits of now."""
+    progress: list[list[int]] = field(default_factory=list)
+    """Exactly once: with a lost task's keys, the latest marks acknowledged of
+    the roots among them (``_wire/progress.py``): outputs not to make again."""
     released: int = 0
     """Multi-rank reads: every consumer is past the splits below this ordinal
     (a worker drops what it still holds of them). Splits are then
@@ -293,6 +292,8 @@ class ClientHeartbeat(Message):
     """Coordinated reads: the highest round this consumer has asked for."""
     acked: list[list[int]] = field(default_factory=list)
     """Exactly once: ``[task_id, lo, hi, ...]``, the keys of elements received."""
+    progress: list[list[int]] = field(default_factory=list)
+    """Exactly once: the marks of elements received (``Elements.progress``)."""
     task_epoch: int = 0
     """Exactly once: the ``IterationState.task_epoch`` this consumer applied."""
     starved: float = 0.0
@@ -377,6 +378,9 @@ class Elements(Message):
     dropped (filtered out, or never read)."""
     widths: list[int] = field(default_factory=list)
     """Exactly once: how many keys each element covers, ``[count, width, ...]``."""
+    progress: list[list[int]] = field(default_factory=list)
+    """Exactly once: the latest mark of each root the elements carry, packed
+    (``_wire/progress.py``): outputs of 1-to-many ops delivered so far."""
     split: int = -1
     """Multi-rank reads: the split the elements are of (``indices``: which)."""
     indices: list[int] = field(default_factory=list)
@@ -441,23 +445,70 @@ _SCHEMAS: dict[type[Message], tuple[tuple[str, tuple[type, ...]], ...]] = {
 }
 
 
+_NAMES: dict[type[Message], tuple[str, ...]] = {
+    cls: tuple(name for name, _ in schema) for cls, schema in _SCHEMAS.items()
+}
+_ADDED_IN_KEYS: dict[type[Message], tuple[tuple[str, str], ...]] = {
+    cls: tuple((name, f"{cls.TYPE}.{name}") for name in names)
+    for cls, names in _NAMES.items()
+}
+"""Each field's name and its key in ``ADDED_IN``."""
+
+
 def _limits(size: int) -> dict[str, Any]:
     """The limits to unpack a message of ``size`` bytes with (see ``MAX_VALUES``)."""
     if size < COUNT_FROM:
         return {}
-    budget = _ValueBudget()
-    return {
-        "max_array_len": MAX_VALUES,
-        "max_map_len": MAX_VALUES,
-        "list_hook": budget.take,
-        "object_hook": budget.take,
-    }
+    budget = UnpackBudget(MAX_VALUES, count_values, "values")
+    return {"max_array_len": MAX_VALUES, "max_map_len": MAX_VALUES, **budget.hooks()}
 
 
-def encode(message: Message) -> bytes:
-    """The wire bytes of ``message``."""
-    body = {name: getattr(message, name) for name, _ in _SCHEMAS[type(message)]}
-    data: bytes = msgpack.packb({"v": PROTOCOL_VERSION, "t": message.TYPE, **body})
+def accepts(version: object) -> bool:
+    """Whether this process reads messages of protocol ``version``.
+
+    >>> [accepts(v) for v in (OLDEST_PROTOCOL_VERSION - 1, PROTOCOL_VERSION, 5.0)]
+    [False, True, False]
+    """
+    return type(version) is int and (
+        OLDEST_PROTOCOL_VERSION <= version <= PROTOCOL_VERSION
+    )
+
+
+def refusal(peer: object, own: int = PROTOCOL_VERSION) -> str:
+    """The text of the error refusing a peer of protocol ``peer``.
+
+    Every release says it the same way: an older peer's refusal of this
+    version is recognised by it (``versions.refused_by``).
+    """
+    return f"peer speaks protocol v{peer}, this process speaks v{own}"
+
+
+def _fields_at(cls: type[Message], version: int) -> tuple[str, ...]:
+    """The fields of ``cls`` that protocol ``version`` has (``ADDED_IN``)."""
+    if not accepts(version):
+        raise ValueError(f"cannot encode for protocol v{version}: {refusal(version)}")
+    if ADDED_IN.get(cls.TYPE, OLDEST_PROTOCOL_VERSION) > version:
+        raise FailedPreconditionError(
+            f"{cls.TYPE!r} was added in protocol v{ADDED_IN[cls.TYPE]}: a peer of "
+            f"v{version} does not know it"
+        )
+    return tuple(
+        name
+        for name, key in _ADDED_IN_KEYS[cls]
+        if ADDED_IN.get(key, OLDEST_PROTOCOL_VERSION) <= version
+    )
+
+
+def encode(message: Message, version: int = PROTOCOL_VERSION) -> bytes:
+    """The wire bytes of ``message`` for a peer of protocol ``version``.
+
+    For an older peer, fields (and types) added after its version are left out
+    (``ADDED_IN``): it reads them as their defaults.
+    """
+    cls = type(message)
+    names = _NAMES[cls] if version == PROTOCOL_VERSION else _fields_at(cls, version)
+    body = {name: getattr(message, name) for name in names}
+    data: bytes = msgpack.packb({"v": version, "t": message.TYPE, **body})
     return data
 
 
@@ -484,21 +535,31 @@ def peek_request_id(data: bytes | memoryview) -> int:
 
 def decode(data: bytes | memoryview) -> Message:
     """Parses wire bytes; raises ``InvalidArgumentError`` for anything malformed."""
+    return decode_versioned(data)[0]
+
+
+def decode_versioned(data: bytes | memoryview) -> tuple[Message, int]:
+    """The message of wire bytes and the protocol version it was encoded at.
+
+    Raises:
+        FailedPreconditionError: A version this process does not accept.
+        InvalidArgumentError: Anything malformed.
+    """
     body = _unpack(data)
     version = body.pop("v", None)
-    if version != PROTOCOL_VERSION:
-        raise FailedPreconditionError(
-            f"peer speaks protocol v{version}, this process speaks v{PROTOCOL_VERSION}"
-        )
+    if not accepts(version):
+        raise FailedPreconditionError(refusal(version))
     type_name = body.pop("t", None)
     cls = MESSAGES.get(type_name) if isinstance(type_name, str) else None
     if cls is None:
         raise InvalidArgumentError("unknown control message type")
+    if ADDED_IN.get(cls.TYPE, OLDEST_PROTOCOL_VERSION) > version:
+        raise InvalidArgumentError(f"{cls.TYPE!r} is not in protocol v{version}")
     for name, allowed in _SCHEMAS[cls]:
         if name in body:
             _check_field(cls, name, body[name], allowed)
     try:
-        return cls(**body)
+        return cls(**body), version
     except TypeError as error:
         raise InvalidArgumentError(f"malformed {cls.TYPE}: {error}") from None
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
+from zmqdata._wire.progress import Mark
 from zmqdata._worker.handed import HandedKeys
 
 _WAIT_S = 0.05
@@ -51,7 +52,9 @@ class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
     def __init__(self, max_items: int, max_bytes: int, tracked: bool = False) -> None:
-        self._items: deque[tuple[Raw | Encoded, int, Lineage]] = deque()
+        self._items: deque[tuple[Raw | Encoded, int, Lineage, list[Mark] | None]] = (
+            deque()
+        )
         self._keys = HandedKeys() if tracked else None
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
@@ -67,6 +70,7 @@ class TaskBuffer:
         nbytes: int,
         stop: threading.Event | None = None,
         lineage: Lineage = EMPTY,
+        marks: list[Mark] | None = None,
     ) -> bool:
         """Adds an item, waiting for room; returns whether the buffer was empty.
 
@@ -81,7 +85,7 @@ class TaskBuffer:
                     raise Cancelled
                 self._cond.wait(_WAIT_S)
             was_empty = not self._items
-            self._items.append((item, nbytes, lineage))
+            self._items.append((item, nbytes, lineage, marks))
             self._bytes += nbytes
             return was_empty
 
@@ -98,11 +102,13 @@ class TaskBuffer:
             taken: list[Raw | Encoded] = []
             lineages: list[Lineage] = []  # only what a tracked reply covers
             while self._items and len(taken) < max_items:
-                item, nbytes, lineage = self._items.popleft()
+                item, nbytes, lineage, marks = self._items.popleft()
                 self._bytes -= nbytes
                 taken.append(item)
                 if keys is not None:
                     lineages.append(lineage)
+                    if marks and coverage is not None:
+                        coverage.mark(marks)
             if taken:
                 if keys is not None and coverage is not None:
                     keys.cover(lineages, coverage)

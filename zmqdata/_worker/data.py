@@ -6,7 +6,8 @@ coalesced into one frames message, large ones as their pre-encoded frames), or
 parked until the producer adds something: a long poll, so a consumer never
 polls blindly and the first element goes out as soon as it exists. A peer may
 park only a few requests per task, and parked requests are served round-robin
-across peers (``parked.py``).
+across peers (``parked.py``). Each reply is encoded at the protocol version
+of its peer's requests (``versions.Spoken``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage
+from zmqdata._wire.versions import Spoken
 from zmqdata._worker import dealt, serving
 from zmqdata._worker.buffer import Encoded, Raw
 from zmqdata._worker.linkrate import PeerLinks
@@ -102,6 +104,7 @@ class DataLoop(PollLoop):
         self.stats = ServeStats()
         """Everything this loop served (written on the loop thread only)."""
         self._links = PeerLinks()
+        self._spoken: Spoken[bytes] = Spoken()
 
     @property
     def same_host_readers(self) -> bool:
@@ -162,14 +165,14 @@ class DataLoop(PollLoop):
             return
         peer, payload = received
         try:
-            request = m.decode(payload)
+            request, version = m.decode_versioned(payload)
         except ZmqDataError as error:
             self.stats.failed()
             self._bad_input.warning("bad request: %s", error.message)
-            sock.send_multipart(
-                [peer, m.encode(m.Error(code=error.code, message=error.message))]
-            )
+            refusal = m.Error(code=error.code, message=error.message)
+            sock.send_multipart([peer, self._encode(peer, refusal)])
             return
+        self._spoken.heard(peer, version)
         if isinstance(request, m.GetElements) and not auth.may_read(
             self._keys, user, request.task_id, request.ticket
         ):
@@ -188,7 +191,7 @@ class DataLoop(PollLoop):
                 f"got {request!r:.200}",
             )
             self.stats.failed()
-            sock.send_multipart([peer, m.encode(error_reply)])
+            sock.send_multipart([peer, self._encode(peer, error_reply)])
             return
         runner = self._runners.get(request.task_id)
         self._shared.note(None if runner is None else runner.share, request)
@@ -365,9 +368,10 @@ class DataLoop(PollLoop):
             parts=[len(group) for group in groups],
             lineage=[] if coverage is None else coverage.keys,
             widths=[] if coverage is None else coverage.widths,
+            progress=[] if coverage is None else coverage.packed_progress(),
             **(dealt or {}),
         )
-        parts = [peer, m.encode(header)]
+        parts = [peer, self._encode(peer, header)]
         nbytes = 0
         for group in groups:
             parts.extend(group)
@@ -389,4 +393,8 @@ class DataLoop(PollLoop):
             runner = self._runners.get(message.task_id)
             if runner is not None:
                 runner.stats.failed()
-        sock.send_multipart([peer, m.encode(error)])
+        sock.send_multipart([peer, self._encode(peer, error)])
+
+    def _encode(self, peer: bytes, message: m.Message) -> bytes:
+        """``message`` at the protocol version ``peer`` speaks."""
+        return m.encode(message, self._spoken.of(peer))

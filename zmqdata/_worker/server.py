@@ -25,6 +25,7 @@ from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskDef
+from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import (
@@ -52,7 +53,8 @@ class _ControlLoop(PollLoop):
 
     Registers (again after the dispatcher forgets it), heartbeats with task
     states and stats, starts the tasks the replies and ``ProcessTask`` pushes
-    name, and warns while the dispatcher cannot be reached, saying why.
+    name, and warns while the dispatcher cannot be reached, saying why. It
+    speaks the dispatcher's protocol version if that is the older one.
     """
 
     def __init__(
@@ -75,6 +77,8 @@ class _ControlLoop(PollLoop):
         self._last_reply = time.monotonic()
         self._next_warning = 0.0
         self._handshake_error: str | None = None
+        self._dispatcher_version = PeerVersion()
+        self._told_version: int | None = None
         self.drain_requested = threading.Event()
         """Set by ``WorkerServer.drain`` (any thread); the loop drains its tasks."""
         self.leave_now = threading.Event()
@@ -100,8 +104,9 @@ class _ControlLoop(PollLoop):
 
     def _send(self, message: m.Message) -> None:
         # Never block the loop (and so stop()) on a dispatcher that is gone.
+        data = self._dispatcher_version.encode(message, time.monotonic())
         with contextlib.suppress(zmq.Again):
-            self._dealer.send(m.encode(message), zmq.NOBLOCK)
+            self._dealer.send(data, zmq.NOBLOCK)
 
     def _register(self) -> None:
         self._request_id += 1
@@ -128,13 +133,28 @@ class _ControlLoop(PollLoop):
             except zmq.Again:
                 return
             try:
-                message = m.decode(payload)
+                message, version = m.decode_versioned(payload)
             except ZmqDataError as error:
                 logger.warning("bad message from the dispatcher: %s", error)
                 continue
             self._last_reply = time.monotonic()
             self._next_warning, self._handshake_error = 0.0, None
+            self._take(message, version)
+
+    def _take(self, message: m.Message, version: int) -> None:
+        """Handles a message encoded at ``version``.
+
+        What an older dispatcher refused is sent again at its version.
+        """
+        again = self._dispatcher_version.received(message, version, self._last_reply)
+        if again is None:
             self._on_message(message)
+            return
+        if again and version != self._told_version:  # once, not at each probe
+            logger.info("the dispatcher speaks protocol v%d: speaking it", version)
+            self._told_version = version
+        for refused in again:
+            self._send(refused)
 
     def _on_message(self, message: m.Message) -> None:
         if isinstance(message, m.RegisterWorkerReply):

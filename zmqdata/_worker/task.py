@@ -24,7 +24,9 @@ from zmqdata._dataset.iterator import (
     ListSplitProvider,
     Split,
     SplitProvider,
+    expands_below,
 )
+from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._runtime import auth, shm, threads
@@ -34,7 +36,9 @@ from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import EMPTY, Lineage, key
 from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata._wire.progress import Mark, latest, unpack
 from zmqdata._wire.tasks import TaskDef
+from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
@@ -95,8 +99,10 @@ class RemoteSplitProvider(SplitProvider):
         handed: Callable[[int, int], None] | None = None,
         draining: threading.Event | None = None,
         dealt: bool = False,
+        marks: Marks | None = None,
     ) -> None:
         self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        self._marks = marks
         self._dealt = dealt
         self._counts: list[int] = []
         self.released = 0
@@ -109,6 +115,8 @@ class RemoteSplitProvider(SplitProvider):
         self._repetition = 0
         self._request_id = 0
         self._sock: zmq.Socket[Any] | None = None
+        self._version = PeerVersion()
+        """The protocol version the dispatcher speaks (an older one if it says so)."""
         self._splits: deque[Split] = deque()
         self._batch = SplitBatch()
         self._got_split = False  # in the current repetition
@@ -159,11 +167,23 @@ class RemoteSplitProvider(SplitProvider):
         if self._dealt:
             self._splits.extend(reply.splits)
             return
+        if self._marks is not None:
+            self._resume(reply.progress)
         for repetition, lo, hi in reply.splits:
             base = key(repetition, 0)
             if self._handed is not None:
                 self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
+
+    def _resume(self, progress: list[list[int]]) -> None:
+        """Notes the marks handed with a lost task's keys (``_wire/progress.py``)."""
+        assert self._marks is not None
+        resume = self._marks.resume
+        for numbers in progress:
+            mark = unpack(numbers)
+            if mark is not None:
+                root, path = mark
+                resume[root] = latest(resume[root], path) if root in resume else path
 
     def _ask(self) -> m.GetSplitReply:
         """One split request (retried as the same request until answered)."""
@@ -193,16 +213,22 @@ class RemoteSplitProvider(SplitProvider):
         backoff = Backoff(0.1, 2.0, minimum_s=0.5)
         for wait in attempts(Deadline(self._timeout_s), backoff):
             sock = self._socket()
-            sock.send(m.encode(request))
+            self._send(request)
             while not wait.expired():
                 if self._stop.is_set():
                     raise Cancelled
                 if sock.poll(_POLL_MS):
-                    reply = m.decode(sock.recv())
-                    if reply.request_id == request.request_id:
+                    reply, version = m.decode_versioned(sock.recv())
+                    again = self._version.received(reply, version, time.monotonic())
+                    if again:  # refused: the same request at the dispatcher's version
+                        self._send(request)
+                    elif again is None and reply.request_id == request.request_id:
                         return reply
             self.close()  # drop a request the dispatcher may never answer
         raise UnavailableError(f"no split from dispatcher {self._dispatcher} in time")
+
+    def _send(self, request: m.GetSplit) -> None:
+        self._socket().send(self._version.encode(request, time.monotonic()))
 
     def reset(self) -> None:
         if self._draining.is_set():
@@ -367,6 +393,7 @@ class TaskRunner:
             root = graph.deserialize(task.pipeline)
             threads.limit_producer(self.thread_limit)
             ctx = IterContext()
+            marks = Marks() if self.tracked and expands_below(root) else None
             if task.processing_mode == ShardingPolicy.DYNAMIC:
                 provider = RemoteSplitProvider(
                     self._dispatcher,
@@ -378,6 +405,7 @@ class TaskRunner:
                     self.buffer.handed if self.tracked else None,
                     self._draining,
                     dealt=self.dealt is not None,
+                    marks=marks,
                 )
                 if self.dealt is not None:
                     self._produce_dealt(root, provider)
@@ -386,6 +414,7 @@ class TaskRunner:
                     split_source=find_split_source(root),
                     split_provider=provider,
                     lineage=self.tracked,
+                    marks=marks,
                 )
             elif task.processing_mode in STATIC:
                 root, ctx = sharding.static_shard(
@@ -400,7 +429,12 @@ class TaskRunner:
                         return
                     if self._draining.is_set() and provider is None:
                         raise Cancelled  # no splits to finish: stop here
-                    self._put(element, iterator.lineage if tracked else EMPTY)
+                    if not tracked:
+                        self._put(element)
+                    elif marks is None:
+                        self._put(element, iterator.lineage)
+                    else:
+                        self._put(element, *marks.split(iterator.lineage))
             finally:
                 iterator.close()
         except Cancelled:
@@ -462,11 +496,13 @@ class TaskRunner:
         )
         return item, size
 
-    def _put(self, element: Any, lineage: Lineage) -> None:
+    def _put(
+        self, element: Any, lineage: Lineage = EMPTY, marks: list[Mark] | None = None
+    ) -> None:
         item, size = self._item(element)
         sink = self.buffer if self.cache is None else self.cache
         if (
-            self.buffer.put(item, size, self._stop, lineage)
+            self.buffer.put(item, size, self._stop, lineage, marks)
             if self.tracked
             else sink.put(item, size, self._stop)
         ):

@@ -13,8 +13,10 @@ from zmqdata._dataset.iterator import (
     IterContext,
     UnaryIterator,
 )
+from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.progress import Mark
 
 
 class Batch(Op):
@@ -155,8 +157,10 @@ class Unbatch(Op):
         )
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        kind = _LineageUnbatchIterator if ctx.lineage else _UnbatchIterator
-        return kind(make_iterator(node.inputs[0], ctx))
+        source = make_iterator(node.inputs[0], ctx)
+        if ctx.lineage:
+            return _LineageUnbatchIterator(source, ctx.marks)
+        return _UnbatchIterator(source)
 
 
 class _UnbatchIterator(UnaryIterator):
@@ -166,10 +170,15 @@ class _UnbatchIterator(UnaryIterator):
         self._size = self._index = 0
 
     def __next__(self) -> Any:
+        index = self._next_index()  # may load the next batch
+        return structure.slice_at(self._batch, index)
+
+    def _next_index(self) -> int:
+        """The index in its batch of the next element (loading batches as needed)."""
         while self._index >= self._size:
             self._load(next(self._input))
         self._index += 1
-        return structure.slice_at(self._batch, self._index - 1)
+        return self._index - 1
 
     def _load(self, batch: Any) -> None:
         self._batch = batch
@@ -193,24 +202,49 @@ class _UnbatchIterator(UnaryIterator):
 
 
 class _LineageUnbatchIterator(_UnbatchIterator):
-    """The last element of a batch stands for the batch (and empty ones before it)."""
+    """The last element of a batch stands for the batch (and empty ones before it).
 
-    def __init__(self, source: DatasetIterator) -> None:
+    With ``marks``, each element also carries its mark (``_dataset/marks.py``),
+    and the elements of a batch a consumer acknowledged before are skipped.
+    """
+
+    def __init__(self, source: DatasetIterator, marks: Marks | None) -> None:
         super().__init__(source)
         self._held: Lineage = EMPTY
+        self._marks = marks
+        self._parent: Mark | None = None
 
     def _load(self, batch: Any) -> None:
         super()._load(batch)
         self._held = join(self._held, self._input.lineage)
+        if self._marks is not None:
+            self._parent = self._marks.parent(self._input.lineage)
+            while (
+                self._parent is not None
+                and self._index < self._size
+                and self._marks.delivered(self._mark(self._index))
+            ):
+                self._index += 1
+
+    def _mark(self, index: int) -> Mark:
+        """The mark of element ``index`` of the batch."""
+        assert self._parent is not None
+        root, path = self._parent
+        return root, (*path, index)
 
     def __next__(self) -> Any:
-        element = super().__next__()
+        index = self._next_index()
+        mark = EMPTY
+        if self._parent is not None:
+            assert self._marks is not None
+            mark = self._marks.lineage(*self._mark(index))
         if self._index == self._size:
-            self.lineage, self._held = self._held, EMPTY
+            self.lineage, self._held = join(self._held, mark), EMPTY
         else:
-            self.lineage = EMPTY
-        return element
+            self.lineage = mark
+        return structure.slice_at(self._batch, index)
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._held = EMPTY
+        self._parent = None

@@ -9,7 +9,9 @@ and ``deterministic=False`` the cycle skips a slot that has no element ready
 Lineage: the datasets the function makes never read the split source; an input
 element stands for everything its dataset yielded, so its lineage goes with the
 first element returned after its dataset (and those of the input elements read
-before it: ``Reorder``) are exhausted.
+before it: ``Reorder``) are exhausted. Each element also carries its mark
+(``_dataset/marks.py``): its dataset's outputs a consumer acknowledged before
+are skipped when a lost task's input element is read again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Reorder
+from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import (
     PENDING,
@@ -26,6 +29,7 @@ from zmqdata._dataset.ops._threads import (
     resolve_parallelism,
 )
 from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.progress import Mark
 
 _SLOT_BUFFER = 8
 _WAIT_S = 0.05
@@ -54,15 +58,22 @@ class Interleave(Op):
             node.args["block_length"],
             parallel,
             ctx.lineage,
+            ctx.marks,
         )
 
 
 class _Slot:
     def __init__(
-        self, argument: Any, iterator: DatasetIterator, number: int | None
+        self,
+        argument: Any,
+        iterator: DatasetIterator,
+        number: int | None,
+        parent: Mark | None = None,
     ) -> None:
         self.argument, self.iterator = argument, iterator
         self.number = number  # in ``_InterleaveIterator._order`` (with lineage)
+        self.parent = parent  # the input's mark, which outputs extend (with marks)
+        self.outputs = 0
 
 
 class _InterleaveIterator(DatasetIterator):
@@ -74,10 +85,13 @@ class _InterleaveIterator(DatasetIterator):
         block_length: int,
         parallel: bool,
         lineage: bool,
+        marks: Marks | None = None,
     ) -> None:
         self._input, self._fn = source, fn
         self._order = Reorder() if lineage else None
+        self._marks = marks
         self._released: Lineage = EMPTY  # of input elements whose dataset ended
+        self._mark: Lineage = EMPTY  # of the element about to be returned
         self._block_length, self._parallel = block_length, parallel
         self._slots: list[_Slot | None] = [None] * cycle_length
         self._cycle_index = self._block_index = 0
@@ -100,8 +114,10 @@ class _InterleaveIterator(DatasetIterator):
 
     def _fill_slot(self, argument: Any) -> _Slot:
         """Opens the dataset of ``argument`` (just read) in the current slot."""
-        number = None if self._order is None else self._order.enter(self._input.lineage)
-        slot = _Slot(argument, self._open(argument), number)
+        lineage = self._input.lineage
+        number = None if self._order is None else self._order.enter(lineage)
+        parent = None if self._marks is None else self._marks.parent(lineage)
+        slot = _Slot(argument, self._open(argument), number, parent)
         self._slots[self._cycle_index] = slot
         return slot
 
@@ -113,10 +129,24 @@ class _InterleaveIterator(DatasetIterator):
             self._released = join(self._released, self._order.leave(slot.number))
         self._advance()
 
+    def _counted(self, slot: _Slot) -> bool:
+        """Counts an output of ``slot``: False if a consumer had it (a lost task's)."""
+        slot.outputs += 1
+        if slot.parent is None:
+            return True
+        assert self._marks is not None
+        root, path = slot.parent
+        mark = (root, (*path, slot.outputs - 1))
+        if self._marks.delivered(mark):
+            return False
+        self._mark = self._marks.lineage(*mark)
+        return True
+
     def _returned(self) -> None:
         """Gives the element about to be returned the lineage released so far."""
         if self._order is not None:
-            self.lineage, self._released = self._released, EMPTY
+            self.lineage = join(self._released, self._mark)
+            self._released = self._mark = EMPTY
 
     def _advance(self) -> None:
         self._block_index = 0
@@ -130,6 +160,8 @@ class _InterleaveIterator(DatasetIterator):
                     element = next(slot.iterator)
                 except StopIteration:
                     self._end_slot(slot)
+                    continue
+                if not self._counted(slot):
                     continue
                 self._block_index += 1
                 if self._block_index == self._block_length:
@@ -236,6 +268,8 @@ class _FirstReadyInterleaveIterator(_InterleaveIterator):
         if element is PENDING:
             self._advance()
             return PENDING
+        if not self._counted(slot):
+            return _CHANGED
         self._block_index += 1
         if self._block_index == self._block_length:
             self._advance()
