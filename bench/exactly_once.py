@@ -15,6 +15,9 @@ settings otherwise, in interleaved passes: one warm-up pass of each, then
   cluster, ``Bench.target``): elements/s.
 * ``W3``: 4 MiB float32 noise, ``range(count).map(noise_tensor)`` (a
   splittable source), ``compression=None``, over tcp: MB/s.
+* ``rows``: a 1-to-many pipeline, ``range(n).map(row_block).unbatch()
+  .batch(64)``: 16 rows of 8 int64 per element, one worker process: rows/s
+  (with exactly once, each row carries a mark: docs/modes.md).
 
 Figures: medians with the samples' min-max, the ratio on/off of the medians
 and the median (min-max) of the per-round ratios, and the overhead
@@ -55,6 +58,8 @@ SETTINGS = {"on": True, "off": False}
 TARGET_OVERHEAD = 0.05
 """Issue 15: exactly once is the default if it costs under 5%."""
 W3_SIZE = 4 * MIB
+ROWS_PER_ELEMENT = 16
+WORKLOADS = ("W1", "W3", "rows", "images")
 Figures = dict[str, float]
 """One pass's figures: ``rate`` (elements/s or MB/s), and more per workload."""
 Pass = Callable[[], Figures]
@@ -69,6 +74,11 @@ def noise_tensor(index: Any, size: int) -> np.ndarray[Any, Any]:
     """The same ``size`` bytes of float32 noise for every ``index``, made once
     per process (workers import this function by reference)."""
     return _noise(size)
+
+
+def row_block(index: Any) -> np.ndarray[Any, Any]:
+    """``ROWS_PER_ELEMENT`` rows of 8 int64 (workers import it by reference)."""
+    return np.full((ROWS_PER_ELEMENT, 8), index, np.int64)
 
 
 # ------------------------------------------------------------------ measuring
@@ -176,6 +186,16 @@ def w3(bench: Bench) -> dict[str, Any]:
     return {"about": about, "unit": "MB/s", **figures}
 
 
+def rows_workload(bench: Bench) -> dict[str, Any]:
+    """A 1-to-many pipeline: rows of ``unbatch`` in batches of 64, one worker."""
+    n = bench.sizes.w1_elements // ROWS_PER_ELEMENT
+    dataset = zd.Dataset.range(n).map(row_block).unbatch().batch(64)
+    total = n * ROWS_PER_ELEMENT
+    figures = _rate_section(bench, dataset, -(-total // 64), total)
+    about = f"{total:,} rows of unbatch, batch 64, 1 worker"
+    return {"about": about, "unit": "rows/s", **figures}
+
+
 def images(bench: Bench) -> dict[str, Any]:
     """bench/peers.py's image pipeline from ``zmqdata up`` with 2 workers."""
     if importlib.util.find_spec("PIL") is None:
@@ -203,12 +223,13 @@ def images(bench: Bench) -> dict[str, Any]:
 
 
 def exactly_once(bench: Bench) -> dict[str, Any]:
-    """The section: images first (trainer CPU), then W1 and W3."""
+    """The section: images first (trainer CPU), then W1, W3 and rows."""
     return {
         "repeats": bench.repeats,
         "images": images(bench),
         "W1": w1(bench),
         "W3": w3(bench),
+        "rows": rows_workload(bench),
     }
 
 
@@ -227,7 +248,7 @@ def details(result: dict[str, Any]) -> str:
     from bench.report import mark, markdown
 
     rows = []
-    for name in ("W1", "W3", "images"):
+    for name in WORKLOADS:
         r = result[name]
         if "skipped" in r:
             rows.append((name, "skipped: " + r["skipped"], *"——————"))
@@ -286,7 +307,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
             r["overhead"],
             TARGET_OVERHEAD,
         )
-        for name in ("W1", "W3", "images")
+        for name in WORKLOADS
         if "skipped" not in (r := result[name])
     ]
 
@@ -305,7 +326,7 @@ def main() -> None:
     print(details(result))
     samples = {
         name: {label: list(result[name][label]["rate"].samples) for label in SETTINGS}
-        for name in ("W1", "W3", "images")
+        for name in WORKLOADS
         if "skipped" not in result[name]
     }
     print(json.dumps(samples), file=sys.stderr)

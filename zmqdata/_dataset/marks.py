@@ -1,29 +1,41 @@
 """``Marks``: the progress marks of one pass's elements, carried in their lineages.
 
-An expanding op gives each output a mark (``_wire/progress.py``). Marks ride
-in lineages as a pair of equal negative numbers ``(-n - 1, -n - 1)``, ``n``
-a number in this table: a range of no keys, which joining, counting and key
-sets leave alone, so every op that passes lineages on passes marks on too.
-The worker takes them out (``split``) as it buffers an element.
+An expanding op gives each output a mark (``_wire/progress.py``): its input
+element's ``Parent`` (the root and the path to that element) and its index
+among the element's outputs. Marks ride in lineages as a pair of equal
+negative numbers ``(-n - 1, -n - 1)``, ``n`` a number in this table: a range of
+no keys, which joining, counting and key sets leave alone, so every op that
+passes lineages on passes marks on too. The worker takes them out (``split``)
+as it buffers an element. Per output this costs one table entry, no tuple.
 
 >>> marks = Marks()
->>> first = marks.lineage((4, 5), (0,))
->>> marks.parent(first), marks.parent((4, 5)), marks.parent(())
-(((4, 5), (0,)), ((4, 5), ()), None)
->>> last = marks.lineage((4, 5), (1,))
->>> marks.split(first + (4, 5) + last)
-((4, 5), [((4, 5), (1,))])
+>>> parent = marks.parent((4, 5))
+>>> first, last = marks.output(parent, 0), marks.output(parent, 1)
+>>> marks.split(first), marks.split(last + (4, 5))  # then the root is done
+(((), [((4, 5), (0,))]), ((4, 5), []))
+>>> marks.parent(marks.output(parent, 0)).path, marks.parent(first + last)
+((0,), None)
 >>> marks.resume[(4, 5)] = (0,)
->>> marks.delivered(((4, 5), (0,))), marks.delivered(((4, 5), (1,)))
+>>> marks.delivered(parent, 0), marks.delivered(parent, 1)
 (True, False)
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
-from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.lineage import Lineage
 from zmqdata._wire.progress import MAX_DEPTH, MAX_ROOT, Mark, Path, covers, latest
+
+
+class Parent:
+    """An input element of an expanding op: its root and its path from there."""
+
+    __slots__ = ("path", "root")
+
+    def __init__(self, root: tuple[int, ...], path: Path) -> None:
+        self.root, self.path = root, path
 
 
 class Marks:
@@ -34,57 +46,70 @@ class Marks:
     """
 
     def __init__(self) -> None:
-        self._table: dict[int, Mark] = {}
+        self._table: dict[int, tuple[Parent, int]] = {}
         self._numbers = itertools.count()
         self.resume: dict[tuple[int, ...], Path] = {}
         """Root -> the latest mark a consumer acknowledged (a lost task's)."""
 
-    def lineage(self, root: tuple[int, ...], path: Path) -> Lineage:
-        """The lineage that carries the mark ``(root, path)``."""
+    def output(self, parent: Parent, index: int) -> Lineage:
+        """The lineage that carries the mark of output ``index`` of ``parent``."""
         number = next(self._numbers)
-        self._table[number] = (root, path)
+        self._table[number] = (parent, index)
         return (-number - 1, -number - 1)
 
-    def parent(self, lineage: Lineage) -> Mark | None:
-        """The mark an expanding op's input element continues, if it has one.
+    def parent(self, lineage: Lineage) -> Parent | None:
+        """The ``Parent`` an expanding op's input element of ``lineage`` is.
 
         An element marked once is that output: its outputs extend the mark.
         An element with keys and no mark is a root. Anything else (outputs
         put together by a ``batch``, a ``filter``'s dropped outputs) is not
         one output: its own outputs are not marked.
         """
-        found = [self._table.get(-lineage[i] - 1) for i in _marked(lineage)]
+        found = [self._table.get(-n - 1) for n in lineage[::2] if n < 0]
         if len(found) == 1:
-            mark = found[0]
-            return mark if mark is not None and len(mark[1]) < MAX_DEPTH else None
+            entry = found[0]
+            if entry is None or len(entry[0].path) >= MAX_DEPTH:
+                return None
+            parent, index = entry
+            return Parent(parent.root, (*parent.path, index))
         if found or not lineage or len(lineage) > MAX_ROOT:
             return None
-        return tuple(lineage), ()
+        return Parent(tuple(lineage), ())
+
+    def delivered(self, parent: Parent, index: int) -> bool:
+        """Whether a consumer acknowledged output ``index`` of ``parent`` (a lost task's)."""
+        if not self.resume:
+            return False
+        resume = self.resume.get(parent.root)
+        return resume is not None and covers(resume, (*parent.path, index))
 
     def split(self, lineage: Lineage) -> tuple[Lineage, list[Mark]]:
         """The keys of ``lineage``, and its marks (the latest of each root)."""
-        marked = set(_marked(lineage))
-        if not marked:
+        if not lineage or min(lineage) >= 0:
             return lineage, []
-        keys: Lineage = EMPTY
-        roots: dict[tuple[int, ...], Path] = {}
+        keys: list[int] = []
+        last: dict[Parent, int] = {}
+        table = self._table
         for i in range(0, len(lineage), 2):
-            if i in marked:
-                mark = self._table.pop(-lineage[i] - 1, None)
-                if mark is not None:
-                    root, path = mark
-                    roots[root] = latest(roots[root], path) if root in roots else path
+            lo = lineage[i]
+            if lo < 0:
+                entry = table.pop(-lo - 1, None)
+                if entry is not None and last.get(entry[0], -1) < entry[1]:
+                    last[entry[0]] = entry[1]
+            elif keys and keys[-1] == lo:
+                keys[-1] = lineage[i + 1]
             else:
-                keys = join(keys, lineage[i : i + 2])
-        return keys, list(roots.items())
+                keys += (lo, lineage[i + 1])
+        roots: dict[tuple[int, ...], Path] = {}
+        for parent, index in last.items():
+            if claims(keys, parent.root[0]):
+                continue  # the root is done: its keys need no mark
+            path = (*parent.path, index)
+            known = roots.get(parent.root)
+            roots[parent.root] = path if known is None else latest(known, path)
+        return tuple(keys), list(roots.items())
 
-    def delivered(self, mark: Mark) -> bool:
-        """Whether a consumer acknowledged the output ``mark`` (a lost task's)."""
-        root, path = mark
-        resume = self.resume.get(root)
-        return resume is not None and covers(resume, path)
 
-
-def _marked(lineage: Lineage) -> list[int]:
-    """The positions of the marks in ``lineage``."""
-    return [i for i in range(0, len(lineage), 2) if lineage[i] < 0]
+def claims(keys: Sequence[int], key: int) -> bool:
+    """Whether the flat ranges ``keys`` hold ``key``."""
+    return any(keys[i] <= key < keys[i + 1] for i in range(0, len(keys), 2))

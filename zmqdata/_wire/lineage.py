@@ -198,8 +198,14 @@ class Coverage:
             progress[root] = latest(progress[root], path) if root in progress else path
 
     def packed_progress(self) -> list[list[int]]:
-        """``progress`` as lists of numbers (``progress.pack``)."""
-        return [pack(mark) for mark in self.progress.items()]
+        """``progress`` packed (``progress.pack``), less the roots the reply's keys end."""
+        if not self.progress:
+            return []
+        covered = Ranges()
+        covered.add_all(self.keys)
+        return [
+            pack(mark) for mark in self.progress.items() if mark[0][0] not in covered
+        ]
 
     def add(self, lineage: Lineage) -> None:
         """Appends one element covering ``lineage``."""

@@ -30,7 +30,6 @@ from zmqdata._wire.budget import COUNT_FROM, UnpackBudget, count_values
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MAX_MESSAGE_BYTES = 1 << 30
-_PEEK_BYTES = 256
 MAX_VALUES = 1 << 18
 """The most lists, maps, list items and map entries a control message of
 ``COUNT_FROM`` bytes or more may hold, in all: a message of empty maps or short
@@ -510,27 +509,6 @@ def encode(message: Message, version: int = PROTOCOL_VERSION) -> bytes:
     body = {name: getattr(message, name) for name in names}
     data: bytes = msgpack.packb({"v": version, "t": message.TYPE, **body})
     return data
-
-
-def peek_request_id(data: bytes | memoryview) -> int:
-    """The ``request_id`` of an encoded message, reading only its first bytes.
-
-    Encoded messages put it right after the version and type, so a server can
-    answer a request too large to decode without unpacking it (0 if not found).
-
-    >>> peek_request_id(encode(GetStatus(request_id=9)) + bytes(10**6))
-    9
-    """
-    unpacker = msgpack.Unpacker(max_buffer_size=_PEEK_BYTES)
-    unpacker.feed(data[:_PEEK_BYTES])
-    try:
-        for _ in range(min(3, unpacker.read_map_header())):
-            key, value = unpacker.unpack(), unpacker.unpack()
-            if key == "request_id":
-                return value if isinstance(value, int) else 0
-    except Exception:
-        return 0
-    return 0
 
 
 def decode(data: bytes | memoryview) -> Message:

@@ -13,10 +13,9 @@ from zmqdata._dataset.iterator import (
     IterContext,
     UnaryIterator,
 )
-from zmqdata._dataset.marks import Marks
+from zmqdata._dataset.marks import Marks, Parent
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._wire.lineage import EMPTY, Lineage, join
-from zmqdata._wire.progress import Mark
 
 
 class Batch(Op):
@@ -212,32 +211,26 @@ class _LineageUnbatchIterator(_UnbatchIterator):
         super().__init__(source)
         self._held: Lineage = EMPTY
         self._marks = marks
-        self._parent: Mark | None = None
+        self._parent: Parent | None = None
 
     def _load(self, batch: Any) -> None:
         super()._load(batch)
         self._held = join(self._held, self._input.lineage)
         if self._marks is not None:
-            self._parent = self._marks.parent(self._input.lineage)
+            self._parent = parent = self._marks.parent(self._input.lineage)
             while (
-                self._parent is not None
+                parent is not None
                 and self._index < self._size
-                and self._marks.delivered(self._mark(self._index))
+                and self._marks.delivered(parent, self._index)
             ):
                 self._index += 1
-
-    def _mark(self, index: int) -> Mark:
-        """The mark of element ``index`` of the batch."""
-        assert self._parent is not None
-        root, path = self._parent
-        return root, (*path, index)
 
     def __next__(self) -> Any:
         index = self._next_index()
         mark = EMPTY
         if self._parent is not None:
             assert self._marks is not None
-            mark = self._marks.lineage(*self._mark(index))
+            mark = self._marks.output(self._parent, index)
         if self._index == self._size:
             self.lineage, self._held = join(self._held, mark), EMPTY
         else:

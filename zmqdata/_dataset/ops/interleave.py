@@ -21,7 +21,7 @@ from typing import Any
 
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Reorder
-from zmqdata._dataset.marks import Marks
+from zmqdata._dataset.marks import Marks, Parent
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import (
     PENDING,
@@ -29,7 +29,6 @@ from zmqdata._dataset.ops._threads import (
     resolve_parallelism,
 )
 from zmqdata._wire.lineage import EMPTY, Lineage, join
-from zmqdata._wire.progress import Mark
 
 _SLOT_BUFFER = 8
 _WAIT_S = 0.05
@@ -68,7 +67,7 @@ class _Slot:
         argument: Any,
         iterator: DatasetIterator,
         number: int | None,
-        parent: Mark | None = None,
+        parent: Parent | None = None,
     ) -> None:
         self.argument, self.iterator = argument, iterator
         self.number = number  # in ``_InterleaveIterator._order`` (with lineage)
@@ -135,11 +134,9 @@ class _InterleaveIterator(DatasetIterator):
         if slot.parent is None:
             return True
         assert self._marks is not None
-        root, path = slot.parent
-        mark = (root, (*path, slot.outputs - 1))
-        if self._marks.delivered(mark):
+        if self._marks.delivered(slot.parent, slot.outputs - 1):
             return False
-        self._mark = self._marks.lineage(*mark)
+        self._mark = self._marks.output(slot.parent, slot.outputs - 1)
         return True
 
     def _returned(self) -> None:
