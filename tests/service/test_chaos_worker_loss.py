@@ -218,7 +218,11 @@ def rows_pipeline(n: int) -> zd.Dataset:
     )
 
 
-@pytest.mark.timeout(90 + 15 * TRIALS)
+ROWS_TRIALS = max(1, TRIALS // 2)
+"""Each kills every worker: half the trials of the other loops cost as much."""
+
+
+@pytest.mark.timeout(90 + 30 * ROWS_TRIALS)
 def test_rows_of_1_to_many_ops_arrive_once_when_every_worker_dies(tmp_path):
     """Every worker is killed (each replaced) at random points of each trial."""
     n = 2_000
@@ -226,7 +230,7 @@ def test_rows_of_1_to_many_ops_arrive_once_when_every_worker_dies(tmp_path):
     repeated_per_trial = []
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
-        for trial in range(TRIALS):
+        for trial in range(ROWS_TRIALS):
             ds = rows_pipeline(n).apply(
                 service.distribute(
                     "distributed_epoch", cluster.target, max_outstanding_requests=8
@@ -245,4 +249,4 @@ def test_rows_of_1_to_many_ops_arrive_once_when_every_worker_dies(tmp_path):
             assert sorted(counts) == list(range(n * ROWS)), f"trial {trial}: missing"
             assert took < READ_DEADLINE_S, (trial, took)
             cluster.settled()
-    assert repeated_per_trial == [0] * TRIALS
+    assert repeated_per_trial == [0] * ROWS_TRIALS

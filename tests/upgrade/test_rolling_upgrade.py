@@ -6,7 +6,7 @@ once). Each worker is replaced by one of this release (a new one first, then
 the old one stopped with SIGTERM, as a rolling update does), then the
 dispatcher (stopped, and started again by this release on the same journal
 and port). The read never fails and gets every element exactly once, with a
-trainer of either release; within ``PROBE_AGAIN_S`` of the dispatcher's
+trainer of either release; within ``ZMQDATA_PROTOCOL_PROBE_S`` of the dispatcher's
 upgrade, every peer of this release speaks this release's protocol again.
 """
 
@@ -33,19 +33,22 @@ from tests.venvs import Venv
 from zmqdata import service
 from zmqdata._version import OLDEST_PROTOCOL_VERSION as OLD
 from zmqdata._version import PROTOCOL_VERSION
-from zmqdata._wire import versions
 
 pytestmark = pytest.mark.slow
 
 N = 20_000
 STEP = 2_000
 """Elements read between two upgrade steps."""
+PROBE_S = 1.0
+"""``ZMQDATA_PROTOCOL_PROBE_S`` of this release's processes (the default 10 s
+would only make the test wait)."""
 
 
 @pytest.mark.parametrize("trainer_release", ["current", "previous"])
 def test_workers_then_the_dispatcher_are_upgraded_under_a_reading_trainer(
-    previous: Venv, tmp_path, trainer_release
+    previous: Venv, tmp_path, monkeypatch, trainer_release
 ):
+    monkeypatch.setenv("ZMQDATA_PROTOCOL_PROBE_S", str(PROBE_S))  # this release's
     port = free_port()
     target = f"tcp://127.0.0.1:{port}"
     trainer_python = CURRENT if trainer_release == "current" else previous.python
@@ -79,7 +82,7 @@ def test_workers_then_the_dispatcher_are_upgraded_under_a_reading_trainer(
         }
         poll_for(
             lambda: service.get_status(target)["protocol"] == expected,
-            timeout=versions.PROBE_AGAIN_S + WAIT_S,
+            timeout=PROBE_S + WAIT_S,
         )
         trainer.read(None)
     assert Counter(trainer.elements) == {i: 1 for i in range(N)}

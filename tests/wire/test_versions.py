@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import msgpack
 import pytest
 
@@ -163,3 +167,22 @@ def test_a_server_remembers_the_latest_peers_versions():
     spoken.keep_only({b"c"})
     spoken.forget(b"c")
     assert spoken.counts([b"a", b"c"]) == {}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf"])
+def test_a_bad_probe_interval_is_refused_naming_it(value):
+    code = "import zmqdata._wire.versions"
+    env = {**os.environ, "ZMQDATA_PROTOCOL_PROBE_S": value}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert (
+        f"ZMQDATA_PROTOCOL_PROBE_S must be a positive number of seconds, got {value!r}"
+        in done.stderr
+    )

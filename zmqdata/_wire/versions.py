@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
@@ -31,9 +32,25 @@ from typing import Generic, TypeVar
 from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION
 from zmqdata._wire import messages as m
 
-PROBE_AGAIN_S = 10.0
+
+def _probe_again_s() -> float:
+    """``ZMQDATA_PROTOCOL_PROBE_S`` (seconds, default 10), checked."""
+    text = os.environ.get("ZMQDATA_PROTOCOL_PROBE_S", "10")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(
+            f"ZMQDATA_PROTOCOL_PROBE_S must be a positive number of seconds, got {text!r}"
+        )
+    return value
+
+
+PROBE_AGAIN_S = _probe_again_s()
 """How long a requester speaks a server's older version before trying its own
-(one message refused and sent again per peer that often, while it is older)."""
+(one message refused and sent again per peer that often, while it is older);
+``ZMQDATA_PROTOCOL_PROBE_S`` sets it (default 10 s)."""
 UNCONFIRMED_MAX = 256
 """The most messages kept to send again, per peer (the newest)."""
 PEERS_MAX = 65_536
