@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from tests.helpers import poll_for
@@ -23,6 +25,20 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def held_ports(count: int) -> Iterator[list[int]]:
+    """``count`` free ports, kept bound until the block ends.
+
+    For servers listed by port before they start (static worker lists): what
+    binds port 0 meanwhile (the dispatcher) cannot be given one of them.
+    """
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        yield [sock.getsockname()[1] for sock in socks]
 
 
 def port_of(address: str) -> int:

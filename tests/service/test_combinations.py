@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import zmqdata as zd
-from tests.service.cluster import Cluster, free_port
+from tests.service.cluster import Cluster, held_ports
 from zmqdata import errors, service
 
 P = service.ShardingPolicy
@@ -38,9 +38,9 @@ COMBINATIONS = list(
 @pytest.fixture
 def static_listed() -> Iterator[Cluster]:
     """Two workers, listed in ``worker_addresses`` (static sharding works too)."""
-    ports = [free_port() for _ in range(2)]
-    addresses = [f"127.0.0.1:{port}" for port in ports]
-    c = Cluster(0, dispatcher_options={"worker_addresses": addresses})
+    with held_ports(2) as ports:
+        addresses = [f"127.0.0.1:{port}" for port in ports]
+        c = Cluster(0, dispatcher_options={"worker_addresses": addresses})
     try:
         for port, address in zip(ports, addresses, strict=True):
             c.add_worker(port=port, worker_address=address)

@@ -12,7 +12,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import ints
-from tests.service.cluster import Cluster, free_port
+from tests.service.cluster import Cluster, held_ports
 from zmqdata import errors, service
 
 P = service.ShardingPolicy
@@ -23,9 +23,9 @@ def static_cluster(
     cluster: Callable[..., Cluster], addresses: list[str] | None = None
 ) -> Cluster:
     """Three workers on fixed ports, listed (in that order) in worker_addresses."""
-    ports = [free_port() for _ in range(WORKERS)]
-    own = [f"127.0.0.1:{port}" for port in ports]
-    c = cluster(0, dispatcher_options={"worker_addresses": addresses or own})
+    with held_ports(WORKERS) as ports:
+        own = [f"127.0.0.1:{port}" for port in ports]
+        c = cluster(0, dispatcher_options={"worker_addresses": addresses or own})
     for port, address in zip(ports, own, strict=True):
         c.add_worker(port=port, worker_address=address)
     return c
