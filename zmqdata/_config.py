@@ -75,10 +75,7 @@ def _at_least(minimum: int) -> Callable[[Any], int]:
     return check
 
 
-def _non_negative(value: Any) -> int:
-    if _int(value) < 0:
-        raise ValueError(f"expected an int >= 0, got {value!r}")
-    return int(value)
+_non_negative = _at_least(0)
 
 
 def _bool(value: Any) -> bool:

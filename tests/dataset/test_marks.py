@@ -23,7 +23,7 @@ from zmqdata._dataset.iterator import IterContext, ListSplitProvider, Split
 from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import make_iterator
 from zmqdata._wire.lineage import Lineage, Ranges
-from zmqdata._wire.progress import Path, latest
+from zmqdata._wire.progress import Path, keep_latest
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,7 +52,7 @@ def received(out, count: int) -> tuple[Ranges, dict[tuple[int, ...], Path]]:
     for _, lineage, marks in out[:count]:
         keys.add_all(lineage)
         for root, path in marks:
-            progress[root] = latest(progress[root], path) if root in progress else path
+            keep_latest(progress, root, path)
     owed = {root: path for root, path in progress.items() if root[0] not in keys}
     return keys, owed
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from zmqdata._wire.lineage import Ranges
-from zmqdata._wire.progress import REPORT_MARKS, Mark, Path, latest, pack, unpack
+from zmqdata._wire.progress import REPORT_MARKS, Mark, Path, keep_latest_packed, pack
 
 REPORT_NUMBERS = 8_192
 """The most task ids and keys one heartbeat reports (the dispatcher's cap is 65,536)."""
@@ -51,12 +51,7 @@ class Acks:
         """A reply of ``task_id`` covered ``keys`` (flat ranges), with marks ``progress``."""
         if keys:
             self._open.setdefault(task_id, Ranges()).add_all(keys)
-        for numbers in progress:
-            mark = unpack(numbers)
-            if mark is not None:
-                root, path = mark
-                known = self._marks.get(root)
-                self._marks[root] = path if known is None else latest(known, path)
+        keep_latest_packed(self._marks, progress)
 
     def progress(self, request_id: int) -> list[list[int]]:
         """The marks to report with heartbeat ``request_id`` (after ``report``)."""

@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Sequence
 
 from zmqdata._wire.lineage import Lineage
-from zmqdata._wire.progress import MAX_DEPTH, MAX_ROOT, Mark, Path, covers, latest
+from zmqdata._wire.progress import MAX_DEPTH, MAX_ROOT, Mark, Path, covers, keep_latest
 
 
 class Parent:
@@ -104,9 +104,7 @@ class Marks:
         for parent, index in last.items():
             if claims(keys, parent.root[0]):
                 continue  # the root is done: its keys need no mark
-            path = (*parent.path, index)
-            known = roots.get(parent.root)
-            roots[parent.root] = path if known is None else latest(known, path)
+            keep_latest(roots, parent.root, (*parent.path, index))
         return tuple(keys), list(roots.items())
 
 

@@ -76,11 +76,11 @@ ROUND_MARGIN = 1024
 AUTOSCALE_EVERY_S = 0.5
 """How often the autoscaler observes demand and supply (``autoscale.py``)."""
 MAX_TASKS_IGNORING = 65536
+"""Tasks per job whose ``ignore_errors`` counts the status keeps."""
 STALLED_S = 1.0
 """A tick this late means the dispatcher itself stalled (SIGSTOP, a long
 request, a slow disk): fence timeouts count again from then, so consumers
 whose heartbeats waited in its queue are not taken for silent."""
-"""Tasks per job whose ``ignore_errors`` counts the status keeps."""
 MAX_MARKS = 65_536
 """The most roots an iteration keeps marks of (``model.Iteration.progress``)."""
 
@@ -113,9 +113,9 @@ class DispatcherState:
         self._awake_since = now  # fence timeouts count from here at the earliest
         self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
         self._left_seen: dict[tuple[str, int], float] = {}
+        """When each peer that left in this group was last seen (for a roll back)."""
         self._key = ""
         """The CurveZMQ public key of the request being handled ("": plain)."""
-        """When each peer that left in this group was last seen (for a roll back)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.requests_total = 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-from zmqdata._wire.progress import Mark, Path, latest, pack
+from zmqdata._wire.progress import Mark, Path, keep_latest, pack
 
 STRIDE = 2**40
 """Keys per repetition: sources hold fewer elements than this."""
@@ -193,9 +193,8 @@ class Coverage:
 
     def mark(self, marks: Iterable[Mark]) -> None:
         """Notes the marks of an element added."""
-        progress = self.progress
         for root, path in marks:
-            progress[root] = latest(progress[root], path) if root in progress else path
+            keep_latest(self.progress, root, path)
 
     def packed_progress(self) -> list[list[int]]:
         """``progress`` packed (``progress.pack``), less the roots the reply's keys end."""

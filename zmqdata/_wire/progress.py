@@ -52,6 +52,29 @@ def latest(first: Path, second: Path) -> Path:
     return first if covers(first, second) else second
 
 
+def keep_latest(
+    progress: dict[tuple[int, ...], Path], root: tuple[int, ...], path: Path
+) -> None:
+    """Notes ``path`` as ``root``'s mark in ``progress`` unless a later one is there.
+
+    >>> progress = {}; keep_latest(progress, (4, 5), (2,)); keep_latest(progress, (4, 5), (1, 7))
+    >>> progress
+    {(4, 5): (2,)}
+    """
+    known = progress.get(root)
+    progress[root] = path if known is None else latest(known, path)
+
+
+def keep_latest_packed(
+    progress: dict[tuple[int, ...], Path], packed: Sequence[Sequence[int]]
+) -> None:
+    """``keep_latest`` for each mark of ``packed`` (``pack``'s); others are skipped."""
+    for numbers in packed:
+        mark = unpack(numbers)
+        if mark is not None:
+            keep_latest(progress, *mark)
+
+
 def pack(mark: Mark) -> list[int]:
     """A mark as one list of numbers: ``[len(root), *root, *path]``."""
     root, path = mark

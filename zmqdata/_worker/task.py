@@ -36,7 +36,7 @@ from zmqdata._runtime.metrics import ServeStats
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import EMPTY, Lineage, key
 from zmqdata._wire.modes import STATIC, ShardingPolicy
-from zmqdata._wire.progress import Mark, latest, unpack
+from zmqdata._wire.progress import Mark, keep_latest_packed
 from zmqdata._wire.tasks import TaskDef
 from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker import retained, sharding
@@ -167,23 +167,13 @@ class RemoteSplitProvider(SplitProvider):
         if self._dealt:
             self._splits.extend(reply.splits)
             return
-        if self._marks is not None:
-            self._resume(reply.progress)
+        if self._marks is not None:  # a lost task's outputs not to make again
+            keep_latest_packed(self._marks.resume, reply.progress)
         for repetition, lo, hi in reply.splits:
             base = key(repetition, 0)
             if self._handed is not None:
                 self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
-
-    def _resume(self, progress: list[list[int]]) -> None:
-        """Notes the marks handed with a lost task's keys (``_wire/progress.py``)."""
-        assert self._marks is not None
-        resume = self._marks.resume
-        for numbers in progress:
-            mark = unpack(numbers)
-            if mark is not None:
-                root, path = mark
-                resume[root] = latest(resume[root], path) if root in resume else path
 
     def _ask(self) -> m.GetSplitReply:
         """One split request (retried as the same request until answered)."""
