@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -156,10 +156,10 @@ worker.join()
 """
 
 
-def subprocess_env() -> dict[str, str]:
+def subprocess_env(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of helper processes: ``bench`` importable (workers
-    unpickle functions defined in bench modules by reference)."""
-    env = dict(os.environ)
+    unpickle functions defined in bench modules by reference), ``overrides`` set."""
+    env = {**os.environ, **(overrides or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     return env
 
@@ -184,8 +184,9 @@ def transport(path: str) -> Iterator[None]:
 
 
 @contextmanager
-def cluster(num_workers: int) -> Iterator[str]:
-    """An in-process dispatcher with ``num_workers`` worker processes; its target."""
+def cluster(num_workers: int, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """An in-process dispatcher with ``num_workers`` worker processes (``env``
+    set in theirs); its target."""
     # W3 embeds its 64 MiB tensor in the pipeline (a shortcut for a transfer
     # benchmark; real pipelines read files): over the default 64 MiB cap.
     dispatcher = service.DispatchServer(
@@ -195,7 +196,7 @@ def cluster(num_workers: int) -> Iterator[str]:
         subprocess.Popen(
             [sys.executable, "-c", _WORKER, dispatcher.target],
             stdout=subprocess.DEVNULL,
-            env=subprocess_env(),
+            env=subprocess_env(env),
         )
         for _ in range(num_workers)
     ]

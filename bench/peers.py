@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,8 +175,11 @@ _READY = re.compile(r"deployment ready: dispatcher (\S+),")
 
 
 @contextmanager
-def zmqdata_up(workers: int, timeout_s: float = 60) -> Iterator[str]:
-    """``zmqdata up`` of a ``workers: N`` file, as a child process; its dispatcher."""
+def zmqdata_up(
+    workers: int, timeout_s: float = 60, env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """``zmqdata up`` of a ``workers: N`` file, as a child process (``env`` set
+    in its and its workers' environment); its dispatcher."""
     with tempfile.TemporaryDirectory(prefix="zd-peers-") as folder:
         config, log = Path(folder, "deploy.yaml"), Path(folder, "up.log")
         config.write_text(f"workers: {workers}\n")
@@ -185,7 +188,7 @@ def zmqdata_up(workers: int, timeout_s: float = 60) -> Iterator[str]:
                 [sys.executable, "-m", "zmqdata", "up", str(config)],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                env=subprocess_env(),
+                env=subprocess_env(env),
             )
         try:
             deadline = time.monotonic() + timeout_s

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import exactly_once, formats, multirank, peers
+from bench import exactly_once, formats, multirank, peers, profiling
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -340,6 +340,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "control": _control,
     "journal": _journal,
     "exactly_once": exactly_once.rows,
+    "profiling": profiling.rows,
     "multirank": multirank.rows,
     "formats": formats.rows,
 }
@@ -442,6 +443,7 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
     "exactly_once": ("Exactly once on against off", exactly_once.details),
+    "profiling": ("Per-op profiling on the workers, on against off", profiling.details),
     "multirank": (
         "Multi-rank reads: dealt against first come, first served",
         multirank.details,

@@ -8,6 +8,7 @@
 Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
 (bench/scaling.py), images and text against torch DataLoader, Ray Data and one
 local process (bench/peers.py), exactly_once (its cost: bench/exactly_once.py),
+profiling (what per-op profiling on the workers costs: bench/profiling.py),
 multirank (dealt multi-rank reads against first come, first served, and
 save/merge/restore latency: bench/multirank.py), formats (Parquet and
 WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py).
@@ -48,6 +49,7 @@ from bench import (
     multirank,
     peers,
     plots,
+    profiling,
     report,
     scaling,
     shm,
@@ -62,6 +64,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "images": peers.images,
     "text": peers.text,
     "exactly_once": exactly_once.exactly_once,  # its images part counts CPU too
+    "profiling": profiling.profiling,  # likewise; its own deployments, on and off
     "W1": workloads.w1_tiny_scalars,
     "W2": workloads.w2_batched_ints,
     "W3": workloads.w3_big_tensors,

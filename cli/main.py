@@ -13,6 +13,7 @@ from zmqdata_cli.keygen import keygen
 from zmqdata_cli.lifecycle import stop
 from zmqdata_cli.logs import configure_logging
 from zmqdata_cli.status import status
+from zmqdata_cli.trace import trace
 from zmqdata_cli.up import up
 
 from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, __version__
@@ -38,6 +39,7 @@ main.add_command(dispatcher)
 main.add_command(worker)
 main.add_command(up)
 main.add_command(status)
+main.add_command(trace)
 main.add_command(keygen)
 main.add_command(stop)
 main.add_command(stop, name="down")

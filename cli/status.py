@@ -14,7 +14,7 @@ from zmqdata_cli._common import stop_on_signals
 from zmqdata_cli.logs import verbose_option
 from zmqdata_cli.status_view import render
 
-from zmqdata import service
+from zmqdata import observe, service
 from zmqdata.errors import PermissionDeniedError, ZmqDataError
 
 __all__ = ["render", "status"]
@@ -22,6 +22,17 @@ __all__ = ["render", "status"]
 CLEAR_LINE = "\x1b[K"
 HOME = "\x1b[H"
 CLEAR_BELOW = "\x1b[J"
+
+
+dispatcher_option = click.option(
+    "--dispatcher",
+    "address",
+    default=None,
+    metavar="HOST:PORT",
+    envvar="ZMQDATA_DISPATCHER",
+    help="Dispatcher address, host:port [default: $ZMQDATA_DISPATCHER].",
+)
+"""The ``--dispatcher`` option of the commands that ask a dispatcher."""
 
 
 def dispatcher_address(given: str | None) -> str:
@@ -44,9 +55,19 @@ def fetch(address: str, timeout: float) -> dict[str, Any]:
         raise click.ClickException(str(error)) from None
 
 
-def snapshot(address: str, timeout: float, as_json: bool) -> str:
-    """One status, as JSON or tables."""
+def snapshot(
+    address: str, timeout: float, as_json: bool, job_name: str | None = None
+) -> str:
+    """One status, as JSON or tables; with ``job_name``, that job's diagnosis."""
     current = fetch(address, timeout)
+    if job_name is not None:
+        try:
+            job = observe.find_job(current, job_name)
+        except ValueError as error:
+            raise click.ClickException(str(error)) from None
+        if as_json:
+            return json.dumps(job, indent=2, sort_keys=True)
+        return observe.report(current, job_name)
     if as_json:
         return json.dumps(current, indent=2, sort_keys=True)
     shown: str = render(current, address)
@@ -55,15 +76,15 @@ def snapshot(address: str, timeout: float, as_json: bool) -> str:
 
 @click.command()
 @verbose_option  # type: ignore[untyped-decorator]
-@click.option(
-    "--dispatcher",
-    "address",
-    default=None,
-    metavar="HOST:PORT",
-    envvar="ZMQDATA_DISPATCHER",
-    help="Dispatcher address, host:port [default: $ZMQDATA_DISPATCHER].",
-)
+@dispatcher_option
 @click.option("--json", "as_json", is_flag=True, help="Print get_status() as JSON.")
+@click.option(
+    "--job",
+    "job_name",
+    default=None,
+    metavar="NAME",
+    help="Where this job's time goes: bottleneck, ops, ranks, workers.",
+)
 @click.option(
     "--watch",
     type=click.FloatRange(min=0.1),
@@ -79,19 +100,27 @@ def snapshot(address: str, timeout: float, as_json: bool) -> str:
     help="Give up on an unreachable dispatcher after this many seconds (per poll).",
 )
 def status(
-    address: str | None, as_json: bool, watch: float | None, timeout: float
+    address: str | None,
+    as_json: bool,
+    job_name: str | None,
+    watch: float | None,
+    timeout: float,
 ) -> None:
     """Show the workers, datasets and jobs a dispatcher knows."""
     target = dispatcher_address(address)
+
+    def show() -> str:
+        return snapshot(target, timeout, as_json, job_name)
+
     if watch is None:
         try:
-            click.echo(snapshot(target, timeout, as_json))
+            click.echo(show())
         except ZmqDataError as error:
             raise click.ClickException(str(error)) from None
         return
     terminal = sys.stdout.isatty()
     with stop_on_signals() as stop:
-        watch_loop(lambda: snapshot(target, timeout, as_json), watch, stop, terminal)
+        watch_loop(show, watch, stop, terminal)
 
 
 def frame(body: str, every: float, terminal: bool) -> str:

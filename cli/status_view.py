@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
+
+from zmqdata._runtime.text import table
 
 LATE_INTERVALS = 2.0
 """A worker is ``LATE`` once its heartbeat is older than this many intervals."""
@@ -62,32 +63,6 @@ def human_duration(seconds: float) -> str:
     if whole < 86400:
         return f"{whole // 3600}h{whole // 60 % 60:02d}m"
     return f"{whole // 86400}d{whole // 3600 % 24:02d}h"
-
-
-def table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """``title`` over aligned columns; a header starting ``>`` is right-aligned.
-
-    No rows: ``title: none``.
-
-    >>> print(table("T", ["A", ">N"], [["x", "1"], ["yy", "10"]]))
-    T
-    A    N
-    x    1
-    yy  10
-    """
-    if not rows:
-        return f"{title}: none"
-    names = [h.lstrip(">") for h in header]
-    widths = [max(len(r[i]) for r in [names, *rows]) for i in range(len(names))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            cell.rjust(w) if h.startswith(">") else cell.ljust(w)
-            for cell, w, h in zip(cells, widths, header, strict=True)
-        ]
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([title, line(names), *(line(r) for r in rows)])
 
 
 def _plural(n: int, word: str) -> str:
@@ -170,10 +145,28 @@ def _jobs(jobs: list[dict[str, Any]]) -> str:
                 eta,
                 human_count(j.get("elements_per_s", 0.0)),
                 str(j.get("errors_ignored") or "-"),
+                bottleneck(j),
             ]
         )
     header = ["NAME", "MODE", ">CONSUMERS", ">READERS", "PROGRESS", ">ETA"]
-    return table("JOBS", [*header, ">ELEM/S", ">SKIPPED"], rows)
+    return table("JOBS", [*header, ">ELEM/S", ">SKIPPED", "BOUND"], rows)
+
+
+def bottleneck(job: dict[str, Any]) -> str:
+    """The verdict's kind and the op it names (``zmqdata status --job`` says why).
+
+    >>> bottleneck({"bottleneck": {"kind": "input-bound", "op": "map(load)"}})
+    'input-bound: map(load)'
+    >>> bottleneck({"bottleneck": {"kind": "trainer-bound", "op": "map(load)"}})
+    'trainer-bound'
+    >>> bottleneck({})
+    '-'
+    """
+    verdict = job.get("bottleneck")
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("kind"), str):
+        return "-"
+    kind, op = verdict["kind"], verdict.get("op")
+    return f"{kind}: {op}" if kind == "input-bound" and isinstance(op, str) else kind
 
 
 def _datasets(datasets: list[dict[str, Any]]) -> str:

@@ -1,8 +1,10 @@
 """configs/grafana/zmqdata.json queries only metrics our servers export.
 
 Every metric name in the dashboard's PromQL (panels and variables) must appear
-in a live scrape of an in-process dispatcher and worker; so must the metric the
-HorizontalPodAutoscaler (configs/k8s/hpa.yaml) scales on.
+in a live scrape of an in-process dispatcher and worker (a job running); so must
+the metric the HorizontalPodAutoscaler (configs/k8s/hpa.yaml) scales on. The
+per-op, per-consumer and bottleneck series also come from a hand-made status
+with every key, since a dispatcher only has them once its status reports them.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import scrape
+import zmqdata as zd
+from tests import job_status
+from tests.helpers import poll_for, scrape
 from zmqdata import service
+from zmqdata._dispatcher import job_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "configs" / "grafana" / "zmqdata.json"
@@ -26,6 +31,12 @@ RECOMMENDED = "zmqdata_dispatcher_recommended_workers"
 # aggregations (always followed by "(", which the extraction skips anyway).
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
 KEYWORDS |= {"bool", "and", "or", "unless", "offset", "inf", "nan"}
+STATUS_KEYS = {
+    "zmqdata_job_op_": "ops",
+    "zmqdata_job_consumer_": "consumers",
+    "zmqdata_job_bottleneck": "bottleneck",
+}
+"""Job series by name prefix, and the job status key they are made from."""
 
 
 def expressions(node: Any) -> Iterator[str]:
@@ -73,20 +84,45 @@ def hpa_metrics() -> list[str]:
     ]
 
 
+def status_key(name: str) -> str | None:
+    """The job status key series ``name`` is made from (None: not a job series)."""
+    return next((k for p, k in STATUS_KEYS.items() if name.startswith(p)), None)
+
+
 @pytest.fixture(scope="module")
-def exported() -> set[str]:
-    """Sample names a dispatcher and a worker serve (one scrape of each)."""
+def exported() -> tuple[set[str], set[str]]:
+    """Sample names a dispatcher and a worker serve while a job runs, and the
+    keys of that job's status entry (one scrape of each server)."""
     with (
         service.DispatchServer(service.DispatcherConfig(metrics_port=0)) as dispatcher,
         service.WorkerServer(
-            service.WorkerConfig(dispatcher.target, metrics_port=0)
+            service.WorkerConfig(
+                dispatcher.target, metrics_port=0, heartbeat_interval_ms=50
+            )
         ) as worker,
     ):
-        return {
-            name
-            for server in (dispatcher, worker)
-            for name in scrape(str(server.metrics_address))
-        }
+        ds = zd.Dataset.range(10).repeat().map(lambda x: x + 1, num_parallel_calls=2)
+        reading = iter(
+            ds.apply(
+                service.distribute("parallel_epochs", dispatcher.target, job_name="g")
+            )
+        )
+        queried = [n for n in dashboard_metrics() if n.startswith("zmqdata_job_")]
+
+        def with_every_queried_job_series() -> tuple[set[str], set[str]] | None:
+            """Scraped names, once every job series the status can make is there."""
+            for _ in range(100):  # a reading trainer: its waits and rates are known
+                next(reading)
+            [job] = service.get_status(dispatcher.target)["jobs"]
+            found = set(scrape(str(dispatcher.metrics_address)))
+            makeable = [n for n in queried if status_key(n) in (None, *job)]
+            return (found, set(job)) if set(makeable) <= found else None
+
+        try:
+            names, job_keys = poll_for(with_every_queried_job_series, timeout=10.0)
+            return names | set(scrape(str(worker.metrics_address))), job_keys
+        finally:
+            reading.close()
 
 
 def test_the_dashboard_covers_what_operators_watch():
@@ -102,6 +138,11 @@ def test_the_dashboard_covers_what_operators_watch():
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
         "zmqdata_build_info",
+        "zmqdata_job_op_seconds_total",
+        "zmqdata_job_op_busy_ratio",
+        "zmqdata_job_consumer_wait_ratio",
+        "zmqdata_job_consumer_elements_per_second",
+        "zmqdata_job_bottleneck",
     ):
         assert needed in names
 
@@ -109,12 +150,29 @@ def test_the_dashboard_covers_what_operators_watch():
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("name", sorted({*dashboard_metrics(), *hpa_metrics()}))
 def test_every_queried_metric_is_exported(exported, name):
+    names, job_keys = exported
+    key = status_key(name)
+    if name not in names and key is not None and key not in job_keys:
+        pytest.skip(f"the dispatcher's job status has no {key!r} yet for {name}")
     hint = (
         " (the gauge comes with the ops-autoscale branch of issue 16)"
         if name == RECOMMENDED
         else ""
     )
-    assert name in exported, f"{name} is queried but no server exports it{hint}"
+    assert name in names, f"{name} is queried but no server exports it{hint}"
+
+
+@pytest.mark.parametrize(
+    "name", [name for name in dashboard_metrics() if name.startswith("zmqdata_job_")]
+)
+def test_every_queried_job_series_is_made_from_a_full_status(name):
+    status = job_status.status(job_status.job())
+    made = {
+        sample.name
+        for family in job_metrics.families(status)
+        for sample in family.samples
+    }
+    assert name in made
 
 
 def test_the_extraction_sees_through_promql():

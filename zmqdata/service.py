@@ -20,6 +20,7 @@ from zmqdata._client.api import (
     register_dataset,
 )
 from zmqdata._client.position import merge_positions
+from zmqdata._client.traces import share_traces, trace
 from zmqdata._config import DispatcherConfig, WorkerConfig
 from zmqdata._dataset.constants import SHARD_HINT
 from zmqdata._dispatcher.server import DispatchServer
@@ -39,4 +40,6 @@ __all__ = [
     "get_status",
     "merge_positions",
     "register_dataset",
+    "share_traces",
+    "trace",
 ]

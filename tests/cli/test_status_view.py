@@ -121,13 +121,14 @@ def test_workers_table_has_units_buffer_fill_and_a_late_mark():
 def test_jobs_table_has_progress_eta_rate_and_errors_skipped():
     header, train, done = rows(render(STATUS, "d:5050"), "JOBS")
     assert header == [
-        "NAME", "MODE", "CONSUMERS", "READERS", "PROGRESS", "ETA", "ELEM/S", "SKIPPED"
+        "NAME", "MODE", "CONSUMERS", "READERS", "PROGRESS", "ETA", "ELEM/S", "SKIPPED",
+        "BOUND",
     ]  # fmt: skip
     assert train == [
         "train", "distributed_epoch", "-", "2", "25% (25/100 splits)", "1m35s", "1.5M",
-        "3",
+        "3", "-",
     ]  # fmt: skip
-    assert done == ["#5", "parallel_epochs", "2", "0", "done", "-", "0", "-"]
+    assert done == ["#5", "parallel_epochs", "2", "0", "done", "-", "0", "-", "-"]
 
 
 def test_lines_are_no_longer_than_their_content_and_hold_no_raw_dicts():

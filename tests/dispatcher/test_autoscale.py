@@ -163,7 +163,7 @@ def test_status_and_metrics_show_the_recommendation_from_heartbeats():
     assert "consumers waited 90%, buffers 2% full" in shown["reason"]
     [gauge] = [
         metric
-        for metric in _collect(state, None)
+        for metric in _collect(state, None, None)
         if metric.name == "zmqdata_dispatcher_recommended_workers"
     ]
     assert gauge.samples[0].value == 2
@@ -176,7 +176,7 @@ def test_a_hostile_starved_value_is_clamped():
     client = join(state, create_job(state, dataset_id, DYNAMIC)).client_id
     for value in (float("nan"), float("inf"), -5.0):
         reply(state, m.ClientHeartbeat(client_id=client, starved=value))
-        assert 0.0 <= state.starved[client] <= 1.0
+        assert 0.0 <= state.reads[client].last_starved <= 1.0
 
 
 def pipeline_of_range() -> bytes:

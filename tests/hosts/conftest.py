@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import netns
+from tests.hosts import netns, veth
 from tests.hosts.deploy import Deployment, Keys
 
 _skipped: list[str] = []
@@ -29,6 +29,16 @@ def namespaces() -> None:
         _skipped.append(reason)
         pytest.skip(f"multi-host tier: {reason}")
     netns.remove_stale()
+
+
+@pytest.fixture(scope="session")
+def shaping(namespaces: None) -> None:
+    """Skips (or, on CI, fails) where ``tc`` cannot shape a link (``veth.shape``)."""
+    reason = veth.tc_missing()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the slow-link tests cannot run: {reason}")
+        pytest.skip(f"SLOW-LINK TEST SKIPPED: {reason}")
 
 
 @pytest.fixture(scope="session")

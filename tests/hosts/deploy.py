@@ -118,6 +118,8 @@ class Deployment:
         }
         self.swap = {MULTI_HOST: str(self.config), **self._edits}
         """Docs spelling -> this deployment's, replaced in every command."""
+        self.env: dict[str, str] = {}
+        """Variables every process started from now on gets (``ZMQDATA_*``)."""
 
     def write_config(self, changes: dict[str, str] | None = None) -> None:
         """configs/multi-host.yaml with the user's edits, plus exact ``changes``."""
@@ -143,7 +145,7 @@ class Deployment:
     def start(self, name: str, host: Host, argv: list[str], ready: str) -> Proc:
         """Runs ``zmqdata ARGV`` (docs spelling) on ``host``; waits for ``ready``."""
         proc = self._stack.enter_context(
-            zmqdata(*self._argv(argv), prefix=host.prefix())
+            zmqdata(*self._argv(argv), prefix=host.prefix(**self.env))
         )
         self.procs[name] = proc
         proc.wait_for_line(ready)
@@ -173,18 +175,21 @@ class Deployment:
             [f"{h.address}:5051", f"tcp://{h.address}:5051"] for h in self.worker_hosts
         )
 
-    def trainer(self, host: Host, **spec: Any) -> Proc:
-        """Starts ``tests.hosts.trainer`` on ``host`` reading as ``spec`` says."""
+    def trainer(
+        self, host: Host, module: str = "tests.hosts.trainer", **spec: Any
+    ) -> Proc:
+        """Starts ``module`` (a trainer) on ``host`` reading as ``spec`` says."""
         spec.setdefault("dispatcher", f"{self.dispatcher_host.address}:5050")
         env = {
             "PYTHONPATH": str(ROOT),
             **(self.keys.trainer_env() if self.keys else {}),
+            **self.env,
         }
         return self._stack.enter_context(
             zmqdata(
                 json.dumps(spec),
                 prefix=host.prefix(**env),
-                module="tests.hosts.trainer",
+                module=module,
             )
         )
 

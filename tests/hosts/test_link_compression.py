@@ -9,7 +9,6 @@ exactly once and intact (buffers of both codecs decode).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -22,12 +21,7 @@ COUNT = 6_000
 
 
 @pytest.fixture
-def pair(namespaces: None) -> Iterator[veth.VethPair]:
-    reason = veth.tc_missing()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the slow-link test cannot run: {reason}")
-        pytest.skip(f"SLOW-LINK TEST SKIPPED: {reason}")
+def pair(shaping: None) -> Iterator[veth.VethPair]:
     made = veth.VethPair()
     try:
         yield made

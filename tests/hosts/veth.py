@@ -4,8 +4,9 @@ A ``VethPair`` is two network namespaces, ``zd-<pid>-<n>`` as in ``netns.py``
 (so ``netns.remove_stale`` finds those of a run that died), joined by a veth
 pair with one address each in ``10.251.<octet>.0/24``. ``limit("200mbit")``
 puts a token bucket (``tc qdisc ... tbf``) on the first host's side, so what
-it sends crosses a slow link; ``limit(None)`` takes it off. Nothing is created
-in the caller's namespace.
+it sends crosses a slow link; ``limit(None)`` takes it off. ``shape(host,
+rate)`` does the same to any host's ``eth0`` (a ``netns.Network`` host too).
+Nothing is created in the caller's namespace.
 """
 
 from __future__ import annotations
@@ -24,6 +25,24 @@ def tc_missing() -> str | None:
     if shutil.which("tc") is None:
         return "the tc command (iproute2) is not installed"
     return None
+
+
+def shape(host: Host, rate: str | None) -> None:
+    """Limits what ``host`` sends on its ``eth0`` to ``rate`` (e.g. ``"100mbit"``).
+
+    A token bucket (``tc qdisc ... tbf``); None takes it off.
+    """
+    if rate is None:
+        args = ["qdisc", "del", "dev", "eth0", "root"]
+    else:
+        args = ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+                "burst", "256kb", "latency", "20ms"]  # fmt: skip
+    done = subprocess.run(
+        ["tc", "-n", host.namespace, *args],
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    if done.returncode != 0 and rate is not None:
+        raise RuntimeError(f"tc {' '.join(args)}: {done.stderr.strip()}")
 
 
 class VethPair:
@@ -56,17 +75,7 @@ class VethPair:
 
     def limit(self, rate: str | None) -> None:
         """Limits what ``sender`` sends to ``rate`` (e.g. ``"200mbit"``); None: no limit."""
-        if rate is None:
-            args = ["qdisc", "del", "dev", "eth0", "root"]
-        else:
-            args = ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
-                    "burst", "256kb", "latency", "20ms"]  # fmt: skip
-        done = subprocess.run(
-            ["tc", "-n", self.sender.namespace, *args],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-        if done.returncode != 0 and rate is not None:
-            raise RuntimeError(f"tc {' '.join(args)}: {done.stderr.strip()}")
+        shape(self.sender, rate)
 
     def close(self) -> None:
         """Deletes both namespaces (the veth pair and its qdisc go with them)."""

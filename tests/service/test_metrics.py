@@ -16,6 +16,7 @@ import pytest
 import zmqdata as zd
 from tests.helpers import poll_for, scrape
 from zmqdata import errors, service
+from zmqdata._dispatcher import job_view
 from zmqdata._version import PROTOCOL_VERSION
 
 
@@ -226,3 +227,66 @@ def proc_start_time() -> float:
         if line.startswith("btime "):
             return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
     raise AssertionError("no btime in /proc/stat")
+
+
+def scraped_labels(address: str, name: str, label: str) -> set[str]:
+    """The values of ``label`` in the samples of series ``name``."""
+    return {sample.labels[label] for sample in samples(address, name)}
+
+
+@pytest.mark.timeout(30)
+def test_job_series_appear_once_a_job_runs(cluster):
+    """Op, consumer and bottleneck series follow the status keys that exist.
+
+    ``zmqdata_job_elements_total`` always; the others for the status keys
+    (``ops``, ``consumers``, ``bottleneck``) the dispatcher reports.
+    """
+    c = cluster(num_workers=1, dispatcher_options={"metrics_port": 0})
+    address = str(c.dispatcher.metrics_address)
+    ds = zd.Dataset.range(10).repeat().map(lambda x: x * 2, num_parallel_calls=2)
+    ds = ds.apply(service.distribute("parallel_epochs", c.target, job_name="seen"))
+    iterator = iter(ds)
+    try:
+        next(iterator)
+        [sample] = poll_for(
+            lambda: [
+                s for s in samples(address, "zmqdata_job_elements_total") if s.value > 0
+            ]
+        )
+        [job] = c.status()["jobs"]
+        assert sample.labels == {"job_id": str(job["job_id"]), "job_name": "seen"}
+
+        def seen_in_both(key: str, series: str, label: str) -> set[str]:
+            [job] = c.status()["jobs"]
+            views = getattr(job_view, key)(job)
+            expected = {view.label for view in views}
+            return (
+                expected
+                if expected == scraped_labels(address, series, label)
+                else set()
+            )
+
+        if "ops" in c.status()["jobs"][0]:
+            ops = poll_for(
+                lambda: seen_in_both("ops", "zmqdata_job_op_seconds_total", "op")
+            )
+            assert {"range", "map(<lambda>)"} <= ops
+            assert scraped_labels(address, "zmqdata_job_op_elements_total", "op") <= ops
+            poll_for(  # busy is known once the map's threads have worked
+                lambda: (
+                    scraped_labels(address, "zmqdata_job_op_busy_ratio", "op")
+                    == {"map(<lambda>)"}
+                )
+            )
+        if "consumers" in c.status()["jobs"][0]:
+            poll_for(
+                lambda: seen_in_both(
+                    "consumers", "zmqdata_job_consumer_elements_per_second", "consumer"
+                )
+            )
+        if "bottleneck" in c.status()["jobs"][0]:
+            kinds = samples(address, "zmqdata_job_bottleneck")
+            assert sorted(s.labels["kind"] for s in kinds) == sorted(job_view.KINDS)
+            assert sum(s.value for s in kinds) == 1
+    finally:
+        iterator.close()

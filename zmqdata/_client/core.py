@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zmqdata._client.acks import Acks
+from zmqdata._client.traces import sharing
 from zmqdata._config import MIN_FENCE_TIMEOUT_MS
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.process import PROCESS_TOKEN
@@ -298,6 +299,9 @@ class ReadCore:
                 task_epoch=self._fenced_epoch,
                 starved=self._starved(now),
                 deal=self.plan.deal_position(),
+                consumed=self.counters.consumed,
+                consumer_index=self.options.consumer_index,
+                share_traces=sharing(),
             )
         )
         self._heartbeat_due = now + self.timeouts.heartbeat_s

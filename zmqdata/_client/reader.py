@@ -52,10 +52,15 @@ from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._runtime import auth, clock, shm
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import PROCESS_TOKEN
+from zmqdata._runtime.spans import Tracer
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import messages as m
 from zmqdata._wire.versions import PeerVersion
-from zmqdata.errors import PermissionDeniedError, UnavailableError, ZmqDataError
+from zmqdata.errors import (
+    PermissionDeniedError,
+    UnavailableError,
+    ZmqDataError,
+)
 
 logger = logging.getLogger("zmqdata.client")
 
@@ -142,6 +147,10 @@ class Fetcher(PollLoop):
             shm.sweep()
         self._claims = Claims()
         self.waker = Waker()
+        self.tracer = Tracer()
+        """The read's spans (``traces.share_traces``): the trainer's waits and steps."""
+        self._trace_requests: set[int] = set()
+        """The ``TraceSpans`` of the last report: their answers change nothing."""
         self.tick_s = min(0.05, settings.heartbeat_s)
         if state.deal:  # elements may wait on a split's holder: learn it soon
             self.tick_s = min(self.tick_s, dealing.RETRY_S)
@@ -162,6 +171,8 @@ class Fetcher(PollLoop):
 
     def to_dispatcher(self, message: m.Message) -> None:
         """Sends without blocking: a dispatcher gone is noticed by its silence."""
+        if isinstance(message, m.ClientHeartbeat):
+            self.tracer.sent(message.request_id)  # its reply's clock: the trace's
         with contextlib.suppress(zmq.Again):
             self._send(self._service, message)
 
@@ -214,11 +225,14 @@ class Fetcher(PollLoop):
         self._core.request_more(clock.now())
 
     def on_tick(self, now: float) -> None:
+        if self.tracer.due():
+            self._report_trace()
         self._core.tick(now)
         self._claims.trim(now)
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
+        self._report_trace()  # a read ending in a window: what it recorded
         core = self._core
         release = m.ReleaseIterationClient(
             client_id=core.client_id,
@@ -269,7 +283,23 @@ class Fetcher(PollLoop):
             self.close_socket(sock)
 
     def _on_dispatcher(self, message: m.Message, _parts: list[Any], now: float) -> None:
+        if message.request_id in self._trace_requests:
+            if isinstance(message, m.Error):
+                logger.info("trace spans refused: %s", message.message)
+            return
+        if isinstance(message, m.IterationState):
+            self.tracer.replied(message.request_id, message.trace)
         self._core.on_dispatcher(message, now)
+
+    def _report_trace(self) -> None:
+        """Sends the spans of the trace window (closing it)."""
+        log = self.tracer.finish()
+        if log is None:
+            return
+        core = self._core
+        self._trace_requests = self.tracer.send_report(
+            log, core.next_request_id, self.to_dispatcher, client_id=core.client_id
+        )
 
     def _drain(self, sock: zmq.Socket[Any], endpoint: str, handle: Any) -> None:
         """Hands every message waiting on ``sock`` to ``handle(header, parts, now)``.
@@ -353,6 +383,8 @@ class DistributedIterator(DatasetIterator):
         self._counters = Counters()
         self._local: deque[Any] = deque()
         self._local_bytes = 0
+        self._returned_ns = 0
+        """A trace window: when ``next()`` last returned (a "step" starts)."""
         self._position = Position(resume or ())
         self._fetcher = Fetcher(
             self._options, self._settings, state, self._queue, self._counters
@@ -363,6 +395,21 @@ class DistributedIterator(DatasetIterator):
 
     def __next__(self) -> Any:
         self._start_pending(None)
+        log = self._fetcher.tracer.log  # a trace window: waits and steps are spans
+        if log is None:
+            self._returned_ns = 0
+            return self._next()
+        entered = time.perf_counter_ns()
+        if self._returned_ns:
+            log.add("step", "trainer", self._returned_ns, entered)
+        waits = not self._local
+        element = self._next()
+        self._returned_ns = time.perf_counter_ns()
+        if waits:
+            log.add("wait", "trainer", entered, self._returned_ns)
+        return element
+
+    def _next(self) -> Any:
         while not self._local:
             if self._closed:
                 raise StopIteration

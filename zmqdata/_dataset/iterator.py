@@ -33,6 +33,7 @@ from zmqdata.errors import FailedPreconditionError
 if TYPE_CHECKING:
     from zmqdata._dataset.marks import Marks
     from zmqdata._dataset.node import Node
+    from zmqdata._dataset.profile import Profile
 
 Split = Any
 """One unit of work of a splittable source: indices ``[lo, hi]`` or ``[lo, hi, base]``.
@@ -129,6 +130,8 @@ class IterContext:
     ignored: IgnoredErrors = field(default_factory=IgnoredErrors)
     marks: Marks | None = None
     """With ``lineage``, the marks of expanding ops' outputs (``_dataset/marks.py``)."""
+    profile: Profile | None = None
+    """Per-op statistics of this pass (``_dataset/profile.py``), if kept."""
 
     def provider_for(self, node: Node) -> SplitProvider | None:
         """The split provider if ``node`` is the split source of this pass."""

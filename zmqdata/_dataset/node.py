@@ -86,7 +86,8 @@ class Op(abc.ABC):
 
 def make_iterator(node: Node, ctx: IterContext) -> DatasetIterator:
     """Builds the iterator tree for ``node`` within pass context ``ctx``."""
-    return node.definition.iterator(node, ctx)
+    iterator = node.definition.iterator(node, ctx)
+    return iterator if ctx.profile is None else ctx.profile.wrap(node, iterator)
 
 
 def call_unpacked(fn: Callable[..., Any], element: Any) -> Any:

@@ -28,7 +28,8 @@ from zmqdata._wire.tasks import TaskInfo
 from zmqdata.errors import PermissionDeniedError
 
 WORKER_REQUESTS = (m.RegisterWorker, m.WorkerHeartbeat, m.GetSplit)
-CLIENT_OWNED = (m.ClientHeartbeat, m.ReleaseIterationClient)
+CLIENT_OWNED = (m.ClientHeartbeat, m.ReleaseIterationClient, m.TraceSpans)
+"""A worker's ``TraceSpans`` (``worker_id`` set) needs a worker key instead."""
 
 
 def _check_owner(user: str, client_id: int, owner: str) -> None:
@@ -58,7 +59,8 @@ class Access:
         """
         if user is None:
             return
-        if isinstance(message, WORKER_REQUESTS):
+        from_worker = isinstance(message, m.TraceSpans) and message.worker_id
+        if isinstance(message, WORKER_REQUESTS) or from_worker:
             if user not in self._workers:
                 raise PermissionDeniedError(
                     f"{message.TYPE} needs a worker key (one in the dispatcher's "
@@ -69,7 +71,7 @@ class Access:
                 f"{message.TYPE} needs a client key (one in the dispatcher's "
                 f"curve_authorized_keys_dir); public key {user} is not one"
             )
-        if isinstance(message, CLIENT_OWNED):
+        if isinstance(message, CLIENT_OWNED) and not from_worker:
             owner = self._owners.get(message.client_id, user)  # none yet: no check
             _check_owner(user, message.client_id, owner)
 

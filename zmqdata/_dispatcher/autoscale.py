@@ -83,6 +83,29 @@ class Policy:
         return max(self.min_workers, min(workers, top))
 
 
+def kind_of(
+    waited: float | None, fill: float | None, policy: Policy, blocked: float = 0.0
+) -> str:
+    """What holds consumers back: the verdict that status and scaling share.
+
+    ``waited``: how much of the time consumers waited; ``fill``: how full the
+    workers' buffers are; ``blocked``: how much of the producers' time they
+    were blocked on a full buffer (``diagnosis.py``).
+
+    >>> policy = Policy()
+    >>> [kind_of(0.5, 0.1, policy), kind_of(0.5, 0.9, policy), kind_of(0.0, 0.9, policy)]
+    ['input-bound', 'network-bound', 'trainer-bound']
+    >>> kind_of(0.1, 0.3, policy), kind_of(None, None, policy)
+    ('balanced', 'unknown')
+    """
+    if waited is None:
+        return "unknown"
+    if waited >= policy.starved_up:
+        full = fill is not None and fill >= policy.fill_down
+        return "network-bound" if full or blocked >= 0.5 else "input-bound"
+    return "trainer-bound" if waited <= policy.starved_down else "balanced"
+
+
 @dataclass(frozen=True, slots=True)
 class Signals:
     """One observation.
@@ -179,10 +202,16 @@ class Autoscaler:
             return 0, f"hold: observing for {policy.window_s:g} s ({figures})"
         if self._last_step is not None and now - self._last_step < policy.cooldown_s:
             return 0, f"hold: cooling down ({figures})"
-        up = mean_starved >= policy.starved_up and mean_fill <= policy.fill_up
+        kind = kind_of(mean_starved, mean_fill, policy)
+        up = kind == "input-bound" and mean_fill <= policy.fill_up
         if up and (policy.max_workers is None or signals.workers < policy.max_workers):
             return +1, f"up: {figures}: producers are the bottleneck"
-        down = max(starved) <= policy.starved_down and min(fill) >= policy.fill_down
+        down = all(
+            kind_of(s, f, policy) == "trainer-bound" and f >= policy.fill_down
+            for s, f in zip(starved, fill, strict=True)
+        )
         if down and signals.workers > policy.min_workers:
             return -1, f"down: {figures}: workers idle"
+        if kind == "network-bound":
+            return 0, f"hold: {figures}: network-bound, more workers would not help"
         return 0, f"hold: {figures}"

@@ -142,6 +142,15 @@ def _get_split(msg: m.GetSplit, config: DispatcherConfig) -> None:
 def _client_heartbeat(msg: m.ClientHeartbeat, config: DispatcherConfig) -> None:
     _check_deal_position(msg.TYPE, msg.deal)
     _check_acked(msg.TYPE, msg.acked)
+    if not (_is_int(msg.consumed) and msg.consumed >= 0):
+        raise InvalidArgumentError(
+            f"client_heartbeat.consumed: expected a count, got {msg.consumed!r:.100}"
+        )
+    index = msg.consumer_index
+    if index is not None and not (_is_int(index) and 0 <= index < 2**31):
+        raise InvalidArgumentError(
+            f"client_heartbeat.consumer_index: expected a rank, got {index!r:.100}"
+        )
 
 
 def _release_iteration_client(

@@ -11,10 +11,12 @@ from typing import Any, Self
 import zmq
 
 from zmqdata._config import DispatcherConfig
+from zmqdata._dispatcher import job_metrics
 from zmqdata._dispatcher.access import Access
 from zmqdata._dispatcher.journal import Journal, JournalSink
 from zmqdata._dispatcher.state import DispatcherState, Outgoing
 from zmqdata._runtime import auth, ipc, metrics
+from zmqdata._runtime.handoff import Handoff
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._wire import messages as m
@@ -31,6 +33,8 @@ MAX_BATCH = 1000
 """Requests handled per wake-up at most (then the loop ticks)."""
 GROUP_MAX = 256
 """Requests handled as one group (one journal commit) at most."""
+SCRAPE_STATUS_TIMEOUT_S = 2.0
+"""How long a scrape waits for the loop's status (then serves no job series)."""
 
 
 def _incarnation(work_dir: Path) -> str:
@@ -70,6 +74,8 @@ class _DispatcherLoop(PollLoop):
             config.curve_worker_keys_dir,
         )
         self._access = None if self._keys is None else Access(self._keys)
+        self.scraped_status = Handoff[dict[str, Any]](logger)
+        """The status a metrics scrape asks for, made at the loop's next tick."""
         self.tick_s = min(
             0.1,
             config.worker_timeout_ms / 4000,
@@ -112,6 +118,7 @@ class _DispatcherLoop(PollLoop):
                 self.config.port,
                 max_message_bytes=self.config.max_request_bytes,
             )
+            self.state.traces.name = f"dispatcher {self.endpoint}"
         except BaseException:
             auth.release(self._keys)
             if self.journal is not None:
@@ -144,7 +151,12 @@ class _DispatcherLoop(PollLoop):
                     break
             if not group:
                 return
+            log = self.state.tracer.log  # a trace window: the group is a span
+            start = time.perf_counter_ns()
             self._send(self._handle_group(group))
+            if log is not None:
+                end = time.perf_counter_ns()
+                log.add("group", "dispatcher", start, end, {"requests": len(group)})
             handled += len(group)
 
     def _handle_group(
@@ -208,6 +220,7 @@ class _DispatcherLoop(PollLoop):
 
     def on_tick(self, now: float) -> None:
         self._send(self.state.tick(now))
+        self.scraped_status.serve(lambda: self.state.status(now))
         if self._access is not None:
             self._access.forget(self.state.records.clients)
 
@@ -223,11 +236,15 @@ class _DispatcherLoop(PollLoop):
             self._router.send_multipart([peer, m.encode(message, spoken.of(peer))])
 
 
-def _collect(state: DispatcherState, journal: Journal | None) -> list[Any]:
+def _collect(
+    state: DispatcherState, journal: Journal | None, status: dict[str, Any] | None
+) -> list[Any]:
     """The dispatcher's Prometheus metrics, read at scrape time.
 
     Runs on the metrics thread: only ``len()`` of the tables and int reads,
     which are atomic under the GIL (no iteration over tables the loop changes).
+    The job series come from ``status``, which the loop thread made for the
+    scrape (None: none in time, no job series).
     """
     records = state.records
     commits = []
@@ -241,6 +258,7 @@ def _collect(state: DispatcherState, journal: Journal | None) -> list[Any]:
         )
     return [
         *commits,
+        *([] if status is None else job_metrics.families(status)),
         metrics.gauge(
             "zmqdata_dispatcher_workers", "Live workers.", len(records.workers)
         ),
@@ -319,7 +337,14 @@ class DispatchServer:
             loop = self._loop
             try:
                 self._metrics = metrics.MetricsServer(
-                    "dispatcher", host, port, lambda: _collect(loop.state, loop.journal)
+                    "dispatcher",
+                    host,
+                    port,
+                    lambda: _collect(
+                        loop.state,
+                        loop.journal,
+                        loop.scraped_status.get(SCRAPE_STATUS_TIMEOUT_S),
+                    ),
                 )
             except BaseException:
                 self._loop.stop()

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -44,15 +46,18 @@ from zmqdata._dispatcher import (
     dealing,
     model,
     placement,
+    readers,
     replies,
     samples,
     status,
+    traces,
 )
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
 from zmqdata._runtime.ratelog import RateLimitedLog
+from zmqdata._runtime.spans import Tracer
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
@@ -127,8 +132,8 @@ class DispatcherState:
         self.autoscaler = autoscale.Autoscaler()
         self.draining: set[int] = set()
         """Workers leaving: they get no new task and do not count as supply."""
-        self.starved: dict[int, float] = {}
-        """Each consumer's last reported waiting fraction (demand)."""
+        self.reads: dict[int, readers.Reads] = {}
+        """Each consumer's reported waits and reads over the last minute (demand)."""
         self.ignored_errors: dict[int, dict[int, tuple[int, str]]] = {}
         """Job id -> task id -> errors its ``ignore_errors`` skipped, and the last
         (the task whose count changed last is last)."""
@@ -136,6 +141,10 @@ class DispatcherState:
         """Multi-rank reads, liveness: iteration id -> consumer index -> the
         ``[ordinal, index]`` of the first element it has not received."""
         self._autoscale_due = float("-inf")
+        self.traces = traces.Traces()
+        """The trace window and the spans peers sent for it (not state)."""
+        self.tracer = Tracer()
+        """The dispatcher's own spans: each request handled, while a window is open."""
         self._handlers: dict[type[m.Message], Handler] = {
             m.RegisterWorker: self._register_worker,
             m.WorkerHeartbeat: self._worker_heartbeat,
@@ -147,6 +156,9 @@ class DispatcherState:
             m.ClientHeartbeat: self._client_heartbeat,
             m.ReleaseIterationClient: self._release_client,
             m.GetStatus: self._get_status,
+            m.StartTrace: self._start_trace,
+            m.GetTrace: self._get_trace,
+            m.TraceSpans: self._trace_spans,
         }
 
     def apply(self, event: ev.Event) -> None:
@@ -169,7 +181,7 @@ class DispatcherState:
                 self._left_seen[("worker", event.worker_id)] = worker.last_seen
         else:
             client = self.records.clients.get(event.client_id)
-            self.starved.pop(event.client_id, None)
+            self.reads.pop(event.client_id, None)
             if client is not None:
                 self._left_seen[("client", event.client_id)] = client.last_seen
 
@@ -185,6 +197,8 @@ class DispatcherState:
             started=self.started,
             worker_timeout_s=self.config.worker_timeout_ms / 1000,
             protocols=self.protocols.of_workers(self.records),
+            reads=self.reads,
+            policy=self.autoscaler.policy,
         )
         return {
             **shown,
@@ -282,7 +296,14 @@ class DispatcherState:
                     f"{message.TYPE!r} is not a dispatcher request"
                 )
             checks.check_request(message, self.config)
-            return handler(peer, message, now)
+            log = self.tracer.log
+            if log is None:
+                return handler(peer, message, now)
+            start = time.perf_counter_ns()
+            try:
+                return handler(peer, message, now)
+            finally:
+                log.add(message.TYPE, "dispatcher", start, time.perf_counter_ns())
         except Exception as error:  # a bug or hostile input: answer, never crash
             if not isinstance(error, ZmqDataError):
                 logger.exception("dispatcher failed on %s", message.TYPE)
@@ -321,6 +342,7 @@ class DispatcherState:
         if now >= self._autoscale_due:
             self._autoscale_due = now + AUTOSCALE_EVERY_S
             self.autoscaler.observe(self._signals(now))
+        self._close_trace(now)
         return out
 
     def _signals(self, now: float) -> autoscale.Signals:
@@ -335,7 +357,10 @@ class DispatcherState:
             )
             if isinstance(fill, int | float) and not isinstance(fill, bool)
         ]
-        starved = [self.starved.get(c, 0.0) for c in self.records.clients]
+        reads = self.reads
+        starved = [
+            reads[c].last_starved if c in reads else 0.0 for c in self.records.clients
+        ]
         return autoscale.Signals(
             now,
             len(live),
@@ -546,6 +571,10 @@ class DispatcherState:
             out += self._remove_worker(worker.worker_id)
             return [(peer, m.WorkerHeartbeatReply(request_id=msg.request_id)), *out]
         changes = replies.task_changes(self.records, self.config, worker, msg)
+        key, name = ("worker", worker.worker_id), f"worker {worker.data_address}"
+        trace = self.traces.announce(key, name, _ns(now))
+        if trace:
+            changes = dataclasses.replace(changes, trace=trace)
         return [(peer, changes), *out]
 
     def _get_split(self, peer: bytes, msg: m.GetSplit, now: float) -> list[Outgoing]:
@@ -825,7 +854,9 @@ class DispatcherState:
         """
         client = self._client(msg.client_id)
         client.last_seen = now  # liveness, not state: no event
-        self.starved[client.client_id] = _fraction(msg.starved)
+        self.reads.setdefault(client.client_id, readers.Reads()).observe(
+            now, msg.consumed, _fraction(msg.starved), msg.consumer_index
+        )
         iteration = self.records.iterations[client.iteration_id]
         self._ack(iteration, msg.acked)
         self._outputs_acked(iteration, msg.progress)
@@ -843,7 +874,14 @@ class DispatcherState:
         wanted = (msg.current_round or 0) + ROUND_MARGIN
         if iteration.schedule and wanted > iteration.horizon:
             self.apply(ev.HorizonExtended(iteration.iteration_id, wanted))
-        return [(peer, self._state_of(client, msg.request_id)), *out]
+        state = self._state_of(client, msg.request_id)
+        if msg.share_traces:
+            name = f"trainer {client.client_id}"
+            if msg.consumer_index is not None:
+                name += f" (rank {msg.consumer_index})"
+            trace = self.traces.announce(("client", client.client_id), name, _ns(now))
+            state = dataclasses.replace(state, trace=trace)
+        return [(peer, state), *out]
 
     def _deal_progress(self, iteration: model.Iteration, position: list[int]) -> None:
         """Multi-rank reads: a consumer's position; releases splits all are past."""
@@ -1022,6 +1060,64 @@ class DispatcherState:
     def _get_status(self, peer: bytes, msg: m.GetStatus, now: float) -> list[Outgoing]:
         reply = m.GetStatusReply(request_id=msg.request_id, status=self.status(now))
         return [(peer, reply)]
+
+    # ------------------------------------------------------------ traces
+
+    def _start_trace(
+        self, peer: bytes, msg: m.StartTrace, now: float
+    ) -> list[Outgoing]:
+        """Opens a trace window: peers hear of it with their next heartbeat."""
+        self._close_trace(now)
+        window = self.traces.start(msg.seconds, _ns(now), random.getrandbits(48) + 1)
+        self.tracer.open(window.trace_id, window.until_ns)
+        reply = m.StartTraceReply(
+            request_id=msg.request_id,
+            trace_id=window.trace_id,
+            start_ns=window.start_ns,
+            until_ns=window.until_ns,
+        )
+        return [(peer, reply)]
+
+    def _get_trace(self, peer: bytes, msg: m.GetTrace, now: float) -> list[Outgoing]:
+        self._close_trace(now)
+        records = self.records
+
+        def live(key: traces.PeerKey) -> bool:
+            kind, peer_id = key
+            return peer_id in (records.workers if kind == "worker" else records.clients)
+
+        return [(peer, self.traces.answer(msg, _ns(now), live))]
+
+    def _trace_spans(
+        self, peer: bytes, msg: m.TraceSpans, now: float
+    ) -> list[Outgoing]:
+        """A peer's spans, from its own socket (a worker) or key (``access.py``)."""
+        if msg.worker_id:
+            worker = self.records.workers.get(msg.worker_id)
+            if worker is None or worker.peer != peer or msg.client_id:
+                raise NotFoundError(f"worker {msg.worker_id!r:.30} is not this peer")
+            key: traces.PeerKey = ("worker", msg.worker_id)
+        else:
+            key = ("client", msg.client_id)
+        self.traces.receive(key, msg)
+        return [(peer, m.Ok(request_id=msg.request_id))]
+
+    def _close_trace(self, now: float) -> None:
+        """Keeps the dispatcher's spans once its window is over; forgets old ones."""
+        now_ns = _ns(now)
+        if self.tracer.due(now_ns):
+            log = self.tracer.finish()
+            if log is not None:
+                self.traces.own(log)
+        self.traces.expire(now_ns)
+
+
+def _ns(now: float) -> int:
+    """``now`` (``time.monotonic()``) in nanoseconds: the clock of spans.
+
+    ``time.perf_counter_ns`` reads the same clock (CLOCK_MONOTONIC on Linux).
+    """
+    return round(now * 1e9)
 
 
 def _overlaps(held: Ranges, keys: Sequence[int]) -> bool:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zmqdata._dispatcher import dealing, model
+from zmqdata._dispatcher import dealing, diagnosis, model
+from zmqdata._dispatcher.autoscale import Policy
+from zmqdata._dispatcher.readers import Reads
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._dispatcher.samples import Rate, WorkerSample
 from zmqdata._dispatcher.splits import Splits
@@ -36,8 +38,14 @@ def render(
     started: float | None = None,
     worker_timeout_s: float | None = None,
     protocols: Mapping[int, int] | None = None,
+    reads: Mapping[int, Reads] | None = None,
+    policy: Policy | None = None,
 ) -> dict[str, Any]:
     """The status of every worker, dataset and job; ``samples``: workers' stats.
+
+    ``reads``: by client id, what each consumer reported of its reads; with
+    ``policy`` (the autoscaler's), each job says where its time goes
+    (``diagnosis.py``).
 
     ``ignored``: by job, then task, the errors ``ignore_errors`` skipped.
     ``protocols``: by worker id, the protocol version it speaks (if known).
@@ -50,6 +58,7 @@ def render(
         if not task.finished:
             task_counts[task.worker_id] = task_counts.get(task.worker_id, 0) + 1
     served = _served_by_job(records, samples)
+    diagnosed = _diagnose(records, samples, reads or {}, policy or Policy())
     return {
         "version": __version__,
         "uptime_s": None if now is None or started is None else now - started,
@@ -80,10 +89,64 @@ def render(
                 served.get(job.job_id, Rate(0)),
                 (ignored or {}).get(job.job_id, {}),
             )
+            | diagnosed.get(job.job_id, {})
             for job in records.jobs.values()
         ],
         "records": _table_sizes(records),
     }
+
+
+def _diagnose(
+    records: ClusterRecords,
+    samples: Mapping[int, WorkerSample],
+    reads: Mapping[int, Reads],
+    policy: Policy,
+) -> dict[int, dict[str, Any]]:
+    """By job id: its ops, phases, workers, consumers and bottleneck."""
+    tasks: dict[int, list[diagnosis.TaskReport]] = {}
+    for worker_id, sample in samples.items():
+        worker = records.workers.get(worker_id)
+        reported = sample.stats.get("tasks")
+        for stats in reported if isinstance(reported, list) else []:
+            task_id = stats.get("task_id") if isinstance(stats, dict) else None
+            job_id = _job_of(records, task_id)
+            if job_id is None or worker is None or not isinstance(task_id, int):
+                continue
+            rate = sample.tasks.get(task_id, Rate(0)).per_s
+            tasks.setdefault(job_id, []).append(
+                diagnosis.TaskReport(worker_id, worker.worker_address, rate, stats)
+            )
+    consumers: dict[int, list[diagnosis.ConsumerReport]] = {}
+    for client_id, read in reads.items():
+        job_id = _job_of_client(records, client_id)
+        if job_id is not None:
+            consumers.setdefault(job_id, []).append(
+                diagnosis.ConsumerReport(
+                    client_id,
+                    read.consumer_index,
+                    read.waited,
+                    read.consumed,
+                    read.elements_per_s,
+                )
+            )
+    return {
+        job_id: diagnosis.diagnose(
+            tasks.get(job_id, []), consumers.get(job_id, []), policy
+        )
+        for job_id in records.jobs
+    }
+
+
+def _job_of(records: ClusterRecords, task_id: Any) -> int | None:
+    task = records.tasks.get(task_id) if isinstance(task_id, int) else None
+    iteration = None if task is None else records.iterations.get(task.iteration_id)
+    return None if iteration is None else iteration.job_id
+
+
+def _job_of_client(records: ClusterRecords, client_id: int) -> int | None:
+    client = records.clients.get(client_id)
+    iteration = None if client is None else records.iterations.get(client.iteration_id)
+    return None if iteration is None else iteration.job_id
 
 
 def _table_sizes(records: ClusterRecords) -> dict[str, int]:

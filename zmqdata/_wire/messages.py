@@ -38,6 +38,16 @@ ADDED_IN: dict[str, int] = {
     "elements.progress": 6,
     "client_heartbeat.progress": 6,
     "get_split_reply.progress": 6,
+    "worker_heartbeat_reply.trace": 6,
+    "iteration_state.trace": 6,
+    "client_heartbeat.share_traces": 6,
+    "start_trace": 6,
+    "start_trace_reply": 6,
+    "get_trace": 6,
+    "get_trace_reply": 6,
+    "trace_spans": 6,
+    "client_heartbeat.consumed": 6,
+    "client_heartbeat.consumer_index": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
@@ -118,6 +128,9 @@ class WorkerHeartbeatReply(Message):
     TYPE: ClassVar[str] = "worker_heartbeat_reply"
     new_tasks: list[dict[str, Any]] = field(default_factory=list)
     tasks_to_delete: list[int] = field(default_factory=list)
+    trace: list[int] = field(default_factory=list)
+    """A trace window is open: ``[trace_id, until_ns, now_ns]``, the
+    dispatcher's clock (``_runtime/spans.py``); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,6 +291,8 @@ class IterationState(Message):
     """Multi-rank reads: ``epoch``, ``splits`` (how many this epoch has),
     ``stream`` (``deal.Stream.to_wire``), ``start`` (first ordinal), ``owners``
     (``[ordinal, task_id, ...]`` of the splits handed out and not released)."""
+    trace: list[int] = field(default_factory=list)
+    """As ``WorkerHeartbeatReply.trace``, to consumers that share traces."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -301,6 +316,12 @@ class ClientHeartbeat(Message):
     deal: list[int] = field(default_factory=list)
     """Multi-rank reads: ``[consumer_index, ordinal, index]``, the first element
     this consumer has not received (``ordinal`` = the epoch's splits: all)."""
+    consumed: int = 0
+    """Observability: the elements the trainer has taken (its rate and lag)."""
+    consumer_index: int | None = None
+    """Observability: the consumer's rank in its job, if it has one."""
+    share_traces: bool = False
+    """The trainer opted in to traces (``service.share_traces``): tell it of windows."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,6 +343,78 @@ class GetStatus(Message):
 class GetStatusReply(Message):
     TYPE: ClassVar[str] = "get_status_reply"
     status: dict[str, Any]
+
+
+# ------------------------------------------------------------------ traces
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartTrace(Message):
+    """Opens a trace window of ``seconds`` (``zmqdata trace``; docs/tracing.md)."""
+
+    TYPE: ClassVar[str] = "start_trace"
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartTraceReply(Message):
+    TYPE: ClassVar[str] = "start_trace_reply"
+    trace_id: int
+    start_ns: int
+    until_ns: int
+    """The window, in the dispatcher's clock."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetTrace(Message):
+    """What window ``trace_id`` holds, its spans from ``offset`` on."""
+
+    TYPE: ClassVar[str] = "get_trace"
+    trace_id: int
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetTraceReply(Message):
+    TYPE: ClassVar[str] = "get_trace_reply"
+    trace_id: int
+    start_ns: int
+    until_ns: int
+    done: bool
+    """The window is over and every peer asked has reported (or is gone)."""
+    peers: list[dict[str, Any]]
+    """A span's peer is its index here (``_dispatcher/traces.py: Peer.as_dict``)."""
+    offset: int
+    spans: list[list[Any]]
+    """``[peer, name, cat, tid, start_ns, end_ns(, args)]`` from ``offset`` on."""
+    total: int
+    """How many spans the window holds now."""
+    dropped: int = 0
+    """Spans the dispatcher did not keep (over its bound for a window)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceSpans(Message):
+    """A peer's spans of window ``trace_id``, in the dispatcher's clock, chunked.
+
+    From a worker (``worker_id``) or a consumer (``client_id``); ``offset``
+    numbers the chunk's first span among the peer's; ``last`` ends its report.
+    """
+
+    TYPE: ClassVar[str] = "trace_spans"
+    trace_id: int
+    worker_id: int = 0
+    client_id: int = 0
+    offset: int = 0
+    spans: list[list[Any]] = field(default_factory=list)
+    """``[name, cat, tid, start_ns, end_ns(, args)]``."""
+    last: bool = False
+    threads: list[list[Any]] = field(default_factory=list)
+    """With ``last``: ``[tid, name]`` of the threads the spans name."""
+    dropped: int = 0
+    """With ``last``: spans the peer did not keep (over its bound)."""
+    clock: list[int] = field(default_factory=list)
+    """``[offset_ns, rtt_ns]``: the peer's clock estimate (dispatcher minus peer)."""
 
 
 # ------------------------------------------------------------------ data plane
@@ -415,6 +508,11 @@ MESSAGES: dict[str, type[Message]] = {
         ReleaseIterationClient,
         GetStatus,
         GetStatusReply,
+        StartTrace,
+        StartTraceReply,
+        GetTrace,
+        GetTraceReply,
+        TraceSpans,
         GetElements,
         Elements,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import zmq
@@ -22,6 +23,7 @@ from zmqdata._runtime import auth
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._runtime.ratelog import RateLimitedLog
+from zmqdata._runtime.spans import Tracer
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
@@ -105,6 +107,8 @@ class DataLoop(PollLoop):
         """Everything this loop served (written on the loop thread only)."""
         self._links = PeerLinks()
         self._spoken: Spoken[bytes] = Spoken()
+        self.tracer = Tracer()
+        """The worker's tracer: its control loop opens windows, all its threads record."""
 
     @property
     def same_host_readers(self) -> bool:
@@ -340,6 +344,8 @@ class DataLoop(PollLoop):
         coverage: Coverage | None = None,
         dealt: dict[str, Any] | None = None,
     ) -> None:
+        log = self.tracer.log  # a trace window: each reply is a "send" span
+        start = time.perf_counter_ns()
         sock, peer, message = request
         groups: list[list[Any]] = []
         raw: list[Any] = []
@@ -382,6 +388,9 @@ class DataLoop(PollLoop):
         runner.stats.served(len(items), nbytes)
         sock.send_multipart(parts, copy=False)
         runner.compression.link(peer, self._links.rate(peer))
+        if log is not None:
+            sent = {"task_id": runner.task_id, "elements": len(items), "bytes": nbytes}
+            log.add("send", "worker", start, time.perf_counter_ns(), sent)
 
     def _reply_error(self, request: Request, code: str, text: str) -> None:
         sock, peer, message = request

@@ -87,6 +87,9 @@ class _ControlLoop(PollLoop):
         """Set once the dispatcher has taken this worker's leave."""
         self._draining = False
         self._leave_request: int | None = None
+        self._tracer = data.tracer
+        self._trace_requests: set[int] = set()
+        """The ``TraceSpans`` of the last report: their answers change nothing."""
         # What the worker registers as (host:port) and where consumers dial
         # it; set by WorkerServer.start() once the data socket is bound.
         self.worker_address = self.data_address = ""
@@ -157,6 +160,10 @@ class _ControlLoop(PollLoop):
             self._send(refused)
 
     def _on_message(self, message: m.Message) -> None:
+        if message.request_id in self._trace_requests:
+            if isinstance(message, m.Error):
+                logger.info("trace spans refused: %s", message.message)
+            return
         if isinstance(message, m.RegisterWorkerReply):
             if self.worker_id is None:
                 logger.info(
@@ -167,6 +174,7 @@ class _ControlLoop(PollLoop):
             self._next_send = time.monotonic() + self._heartbeat_s
             self._start_tasks(message.tasks)
         elif isinstance(message, m.WorkerHeartbeatReply):
+            self._tracer.replied(message.request_id, message.trace)
             if message.request_id == self._leave_request:
                 logger.info("worker %s left the dispatcher", self.worker_address)
                 self.left.set()
@@ -187,6 +195,7 @@ class _ControlLoop(PollLoop):
 
     def on_tick(self, now: float) -> None:
         self._warn_if_silent(now)
+        self._report_trace()
         leaving = self._drain(now)
         if now < self._next_send:
             return
@@ -199,19 +208,34 @@ class _ControlLoop(PollLoop):
         self._request_id += 1
         runners = self._runners.snapshot()
         tasks = [[r.task_id, r.drained] for r in runners]
-        self._send(
-            m.WorkerHeartbeat(
-                request_id=self._request_id,
-                worker_id=self.worker_id,
-                tasks=tasks,
-                stats=worker_stats(self._data, self._runners, runners),
-                draining=self._draining,
-                leaving=leaving,
-            )
+        heartbeat = m.WorkerHeartbeat(
+            request_id=self._request_id,
+            worker_id=self.worker_id,
+            tasks=tasks,
+            stats=worker_stats(self._data, self._runners, runners),
+            draining=self._draining,
+            leaving=leaving,
         )
+        self._tracer.sent(self._request_id)  # its reply's clock: the trace's
+        self._send(heartbeat)
         if leaving:
             self._leave_request = self._request_id
         self._next_send = now + self._heartbeat_s
+
+    def _report_trace(self) -> None:
+        """Sends the spans of a trace window once it is over."""
+        if not self._tracer.due():
+            return
+        log = self._tracer.finish()
+        if log is None or self.worker_id is None:
+            return
+        self._trace_requests = self._tracer.send_report(
+            log, self._next_id, self._send, worker_id=self.worker_id
+        )
+
+    def _next_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
 
     def _drain(self, now: float) -> bool:
         """Drains once asked to; True when a heartbeat should say it leaves now.
@@ -283,6 +307,7 @@ class _ControlLoop(PollLoop):
                 same_host=self._data.same_host_readers,
             )
             runner.thread_limit = self.config.threads
+            runner.tracer = self._tracer
             self._runners.add(runner)
             runner.start()
             logger.debug("task %d started", runner.task_id)

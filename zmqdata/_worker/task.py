@@ -12,12 +12,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import zmq
 
 from zmqdata._dataset import graph
+from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.iterator import (
     IgnoredErrors,
     IterContext,
@@ -33,6 +35,7 @@ from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.clock import Backoff, Deadline, attempts
 from zmqdata._runtime.loop import context
 from zmqdata._runtime.metrics import ServeStats
+from zmqdata._runtime.spans import IDLE, Tracer
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import EMPTY, Lineage, key
 from zmqdata._wire.modes import STATIC, ShardingPolicy
@@ -87,6 +90,10 @@ class RemoteSplitProvider(SplitProvider):
     """
 
     shared = True
+    profile: profiling.Profile | None = None
+    """Its task's per-op statistics (set by the task)."""
+    tracer: Tracer = IDLE
+    """The worker's tracer (its task sets it): each split request is a span."""
 
     def __init__(
         self,
@@ -132,11 +139,23 @@ class RemoteSplitProvider(SplitProvider):
         return self._sock
 
     def next_split(self) -> Split | None:
-        """The next split; a draining worker asks for none (``Cancelled``)."""
+        """The next split; a draining worker asks for none (``Cancelled``).
+
+        Asked while its task's profile times an element, the round trip is
+        the ``splits`` phase, not the source op's time.
+        """
         if not self._splits:
             if self._draining.is_set():
                 raise Cancelled
-            self._fetch()
+            profile = self.profile
+            if profile is None or not profile.timing:
+                self._fetch()
+            else:
+                start = time.perf_counter_ns()
+                self._fetch()
+                took = time.perf_counter_ns() - start
+                profile.phase("splits", took)
+                profile.inner(took)
         if not self._splits:
             return None
         return self._splits.popleft()
@@ -186,7 +205,12 @@ class RemoteSplitProvider(SplitProvider):
             max_splits=self._batch.size(time.monotonic()),
             counts=self._counts,
         )
+        log = self.tracer.log
+        start = time.perf_counter_ns()
         reply = self._call(request)
+        if log is not None:
+            asked = {"task_id": self._task_id, "max_splits": request.max_splits}
+            log.add("split request", "worker", start, time.perf_counter_ns(), asked)
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
         width = 5 if self._dealt else 3
@@ -241,6 +265,10 @@ class TaskRunner:
 
     thread_limit: threads.Setting = "none"
     """Its native thread pools' limit (``WorkerConfig.threads``), set before start."""
+    tracer: Tracer = IDLE
+    """The worker's tracer: per-op spans while a trace window is open."""
+    profile: profiling.Profile | None = None
+    """Its pipeline's per-op statistics (``_dataset/profile.py``), once it runs."""
 
     def __init__(
         self,
@@ -366,6 +394,11 @@ class TaskRunner:
             "errors_ignored": self.ignored.count,
             "last_error_ignored": self.ignored.last,
             **self.compression.stats(),
+            **(
+                {}
+                if self.profile is None
+                else self.profile.as_dict(self.stats.elements, self.stats.bytes)
+            ),
         }
 
     @property
@@ -397,8 +430,10 @@ class TaskRunner:
                     dealt=self.dealt is not None,
                     marks=marks,
                 )
+                provider.tracer = self.tracer
                 if self.dealt is not None:
-                    self._produce_dealt(root, provider)
+                    with self._profiling(root, provider) as profiled:
+                        self._produce_dealt(root, provider, profiled)
                     return
                 ctx = IterContext(
                     split_source=find_split_source(root),
@@ -411,22 +446,8 @@ class TaskRunner:
                     root, task.processing_mode, task.num_workers, task.worker_index
                 )
             ctx.ignored = self.ignored
-            iterator = make_iterator(root, ctx)
-            try:
-                tracked = self.tracked
-                for element in iterator:
-                    if self._stop.is_set():
-                        return
-                    if self._draining.is_set() and provider is None:
-                        raise Cancelled  # no splits to finish: stop here
-                    if not tracked:
-                        self._put(element)
-                    elif marks is None:
-                        self._put(element, iterator.lineage)
-                    else:
-                        self._put(element, *marks.split(iterator.lineage))
-            finally:
-                iterator.close()
+            with self._profiling(root, provider) as ctx.profile:
+                self._produce_all(root, ctx, provider, marks)
         except Cancelled:
             left = not self._stop.is_set()  # drained: no end, nothing dropped
             return
@@ -444,7 +465,69 @@ class TaskRunner:
                 self._sink.finish(error)
             self._wake(self.task_id)
 
-    def _produce_dealt(self, root: Node, provider: RemoteSplitProvider) -> None:
+    @contextmanager
+    def _profiling(
+        self, root: Node, provider: RemoteSplitProvider | None
+    ) -> Iterator[profiling.Profile | None]:
+        """The pass's per-op statistics while it runs (None: profiling off)."""
+        every = profiling.every()
+        if not every:
+            yield None
+            return
+        self.profile = profiling.Profile(root, every)
+        self.profile.tracer = self.tracer
+        if provider is not None:
+            provider.profile = self.profile
+        try:
+            yield self.profile
+        finally:
+            self.profile.finish()
+
+    def _produce_all(
+        self,
+        root: Node,
+        ctx: IterContext,
+        provider: RemoteSplitProvider | None,
+        marks: Marks | None,
+    ) -> None:
+        """Runs the pipeline into the buffer until it ends or the task stops.
+
+        With a profile, the elements it picks are timed (``profile.timed``).
+        """
+        iterator = make_iterator(root, ctx)
+        profile = ctx.profile
+        timed: profiling.Profile | None = None  # the element asked for is timed
+        countdown = 0 if profile is None else 1  # elements to the next timed one
+        try:
+            tracked = self.tracked
+            for element in iterator:
+                if timed is not None:
+                    timed.end()
+                if self._stop.is_set():
+                    return
+                if self._draining.is_set() and provider is None:
+                    raise Cancelled  # no splits to finish: stop here
+                if not tracked:
+                    self._put(element, EMPTY, None, timed)
+                elif marks is None:
+                    self._put(element, iterator.lineage, None, timed)
+                else:
+                    self._put(element, *marks.split(iterator.lineage), timed)
+                timed = None
+                if countdown:
+                    countdown -= 1
+                    if not countdown:
+                        countdown = profile.begin()  # type: ignore[union-attr]
+                        timed = profile
+        finally:
+            iterator.close()
+
+    def _produce_dealt(
+        self,
+        root: Node,
+        provider: RemoteSplitProvider,
+        profiled: profiling.Profile | None = None,
+    ) -> None:
         """Runs the pipeline on each split alone: its elements go under their index."""
         assert self.dealt is not None
         source = find_split_source(root)
@@ -454,21 +537,32 @@ class TaskRunner:
             if self.dealt.open(ordinal, skip):
                 self._wake(self.task_id)
             one = ListSplitProvider([[lo, hi]])
-            ctx = IterContext(source, one, ignored=self.ignored)
+            ctx = IterContext(source, one, ignored=self.ignored, profile=profiled)
             iterator = make_iterator(root, ctx)
             count = 0
+            timed = False
             try:
                 for element in iterator:
+                    if timed:
+                        profiled.end()  # type: ignore[union-attr]
                     if self._stop.is_set():
                         raise Cancelled
                     if count >= skip:
+                        start = time.perf_counter_ns() if timed else 0
                         item, size = self._item(element)
+                        encoded = time.perf_counter_ns() if timed else 0
                         if self.dealt.put(ordinal, count, item, size, self._stop):
                             self._wake(self.task_id)
+                        if timed:
+                            profiled.phase("encode", encoded - start)  # type: ignore[union-attr]
+                            profiled.phase("blocked", time.perf_counter_ns() - encoded)  # type: ignore[union-attr]
                         if size > INLINE_BYTES:
                             self.compression.resume()
                     count += 1
+                    timed = profiled is not None and profiled.timed()
             finally:
+                if timed:  # the split ended while an element was asked for
+                    profiled.end()  # type: ignore[union-attr]
                 iterator.close()
             self.dealt.end(ordinal, count)
             provider.counted(ordinal, count)
@@ -487,9 +581,24 @@ class TaskRunner:
         return item, size
 
     def _put(
-        self, element: Any, lineage: Lineage = EMPTY, marks: list[Mark] | None = None
+        self,
+        element: Any,
+        lineage: Lineage = EMPTY,
+        marks: list[Mark] | None = None,
+        profile: profiling.Profile | None = None,
     ) -> None:
-        item, size = self._item(element)
+        """Encodes ``element`` and hands it to the buffer (waits while it is full).
+
+        With ``profile`` (a timed element), the two go to its ``encode`` and
+        ``blocked`` phases.
+        """
+        if profile is None:
+            item, size = self._item(element)
+        else:
+            start = time.perf_counter_ns()
+            item, size = self._item(element)
+            encoded = time.perf_counter_ns()
+            profile.phase("encode", encoded - start)
         sink = self.buffer if self.cache is None else self.cache
         if (
             self.buffer.put(item, size, self._stop, lineage, marks)
@@ -497,5 +606,7 @@ class TaskRunner:
             else sink.put(item, size, self._stop)
         ):
             self._wake(self.task_id)
+        if profile is not None:
+            profile.phase("blocked", time.perf_counter_ns() - encoded)
         if size > INLINE_BYTES:
             self.compression.resume()

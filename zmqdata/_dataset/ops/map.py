@@ -39,7 +39,7 @@ class Map(Op):
             return (_LineageMapIterator if ctx.lineage else _MapIterator)(source, fn)
         return _ParallelMapIterator(
             source,
-            fn,
+            fn if ctx.profile is None else ctx.profile.busy(node, fn),
             resolve_parallelism(parallelism),
             node.args["deterministic"],
             ctx.lineage,
