@@ -43,7 +43,7 @@ BENCH_ARGS ?=
 
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench,peers]' || { \
-	  echo "note: no peers extra (Ray Data): bench/peers.py skips Ray"; \
+	  echo "note: no peers extra (Ray Data, grain, SPDL): bench/peers.py skips them"; \
 	  $(PY) -m pip install --quiet -e '.[bench]' || echo "note: no bench extra (matplotlib, Pillow): no plots, no images section"; }
 	touch $(BENCH_STAMP)
 

@@ -1,4 +1,5 @@
-"""Real pipelines against the peers: torch DataLoader, Ray Data, one local process.
+"""Real pipelines against the peers: torch DataLoader, Ray Data, grain, SPDL, one
+local process.
 
 Not a script: ``python bench/run.py --only images,text`` runs the two sections.
 
@@ -21,6 +22,12 @@ process) only iterates:
   ``map_batches`` + ``iter_batches`` (skipped with a line where ``import ray``
   fails: ``pip install -e '.[peers]'``); progress bars and the forwarding of
   worker logs are off;
+* ``grain``: ``grain.MapDataset`` + ``mp_prefetch`` with 2 worker processes
+  (bench/grain_pipelines.py), which grain starts (spawns) for every epoch's
+  iterator;
+* ``spdl``: SPDL's ``PipelineBuilder`` with 2 threads; ``spdl_processes``: the
+  same with the per-file function in a ``ProcessPoolExecutor`` of 2 processes
+  (bench/spdl_pipelines.py);
 * ``local``: the same functions in a plain loop in this process, no workers.
 
 Worker processes of every system import bench.pipelines by reference
@@ -45,7 +52,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +85,9 @@ LABELS = {
     "zmqdata": f"zmqdata distributed_epoch, `zmqdata up` {WORKERS} workers, defaults",
     "zmqdata_none": "zmqdata, the same with compression=None",
     "ray": f"Ray Data, ray.init(num_cpus={WORKERS})",
+    "grain": f"grain MapDataset, mp_prefetch(num_workers={WORKERS})",
+    "spdl": f"SPDL PipelineBuilder, {WORKERS} threads",
+    "spdl_processes": f"SPDL, the same with a ProcessPoolExecutor({WORKERS})",
 }
 Reader = Callable[[], Iterable[Any]]
 """One epoch of a system: its batches."""
@@ -98,6 +109,10 @@ class Pipeline:
     ray: Callable[[Any], Any]
     """Ray Data: the ``ray.data`` module -> a Dataset."""
     local: Reader
+    paths: list[str]
+    per_file: Callable[[str], Any]
+    """The work of one file: an element, or (``rows``) an array of elements."""
+    rows: bool
 
 
 def image_pipeline(count: int) -> Pipeline:
@@ -131,6 +146,9 @@ def image_pipeline(count: int) -> Pipeline:
         local=lambda: pipelines.stack_batches(
             map(pipelines.image_element, paths), pipelines.IMAGE_BATCH
         ),
+        paths=paths,
+        per_file=pipelines.image_element,
+        rows=False,
     )
 
 
@@ -166,6 +184,9 @@ def text_pipeline(files: int, documents: int) -> Pipeline:
         loader=loader,
         ray=ray,
         local=lambda: pipelines.stack_batches(rows(), pipelines.TEXT_BATCH),
+        paths=paths,
+        per_file=pipelines.text_sequences,
+        rows=True,
     )
 
 
@@ -245,6 +266,34 @@ def _torch(pipeline: Pipeline) -> Iterator[Reader]:
 
 
 @contextmanager
+def _grain(pipeline: Pipeline) -> Iterator[Reader]:
+    from bench import grain_pipelines
+
+    dataset = grain_pipelines.loader(
+        pipeline.paths, pipeline.per_file, pipeline.batch, pipeline.rows, WORKERS
+    )
+    yield lambda: dataset
+
+
+@contextmanager
+def _spdl(pipeline: Pipeline, processes: bool) -> Iterator[Reader]:
+    from bench import spdl_pipelines
+
+    with ExitStack() as stack:
+        executor = (
+            stack.enter_context(ProcessPoolExecutor(WORKERS)) if processes else None
+        )
+        yield lambda: spdl_pipelines.epoch(
+            pipeline.paths,
+            pipeline.per_file,
+            pipeline.batch,
+            pipeline.rows,
+            WORKERS,
+            executor,
+        )
+
+
+@contextmanager
 def _local(pipeline: Pipeline) -> Iterator[Reader]:
     yield pipeline.local
 
@@ -255,8 +304,17 @@ SYSTEMS: dict[str, Callable[[Pipeline], AbstractContextManager[Reader]]] = {
     "zmqdata": lambda pipeline: _zmqdata(pipeline, "AUTO"),
     "zmqdata_none": lambda pipeline: _zmqdata(pipeline, None),
     "ray": _ray,
+    "grain": _grain,
+    "spdl": lambda pipeline: _spdl(pipeline, processes=False),
+    "spdl_processes": lambda pipeline: _spdl(pipeline, processes=True),
 }
-REQUIRES = {"torch": ("torch", "torch"), "ray": ("ray", "peers")}
+REQUIRES = {
+    "torch": ("torch", "torch"),
+    "ray": ("ray", "peers"),
+    "grain": ("grain", "peers"),
+    "spdl": ("spdl", "peers"),
+    "spdl_processes": ("spdl", "peers"),
+}
 """The optional systems: the module each imports and the extra that installs it.
 One that is missing, or fails, is skipped with a line instead of ending the run."""
 

@@ -16,6 +16,7 @@ from bench.common import format_bytes, number
 SIZES_PNG = "bench_throughput_vs_size.png"
 SCALING_PNG = "bench_scaling_workers.png"
 PIPELINES_PNG = "bench_pipelines.png"
+HOSTS_PNG = "bench_hosts_scaling.png"
 PIPELINES = ("images", "text")
 SHORT_LABELS = {
     "local": "local\nprocess",
@@ -23,12 +24,17 @@ SHORT_LABELS = {
     "zmqdata": "zmqdata\ndefaults",
     "zmqdata_none": "zmqdata\ncompression=None",
     "ray": "Ray Data",
+    "grain": "grain",
+    "spdl": "SPDL\nthreads",
+    "spdl_processes": "SPDL\nprocesses",
 }
 
 
 def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
     """The plots whose sections ran, in ``directory``; their paths."""
-    wanted = [name for name in ("sweep", "scaling", *PIPELINES) if name in results]
+    wanted = [
+        name for name in ("sweep", "scaling", "hosts", *PIPELINES) if name in results
+    ]
     if not wanted:
         return []
     try:
@@ -47,6 +53,8 @@ def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
         paths.append(_sizes(plt, results["sweep"], directory / SIZES_PNG, label))
     if "scaling" in results:
         paths.append(_scaling(plt, results["scaling"], directory / SCALING_PNG, label))
+    if "cases" in results.get("hosts", {}):
+        paths.append(_hosts(plt, results["hosts"], directory / HOSTS_PNG, label))
     ran = {
         name: results[name]
         for name in PIPELINES
@@ -112,11 +120,66 @@ def _scaling(plt: Any, scaling: dict[str, Any], path: Path, label: str) -> Path:
     return path
 
 
+def _hosts(plt: Any, hosts: dict[str, Any], path: Path, label: str) -> Path:
+    """Throughput against worker hosts: link-bound passes (MB/s, with the
+    bound the links set) and the CPU-bound pass (el/s); whiskers span the passes."""
+    from bench.hosts import mbit
+
+    plan, cases = hosts["plan"], hosts["cases"].values()
+    fig, (link_ax, cpu_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ks = sorted({int(k) for case in cases for k in case["k"]})
+    bound = [min(k * mbit(plan["worker_rate"]), mbit(plan["trainer_rate"])) for k in ks]
+    link_ax.plot(ks, bound, ":", color="gray", label="the links' bound (tc rates)")
+    for case in cases:
+        ax = link_ax if case["pipeline"] == "link" else cpu_ax
+        points = sorted((int(k), r["rate"]) for k, r in case["k"].items())
+        rates = [rate for _, rate in points]
+        spans = [
+            [float(rate) - min(rate.samples) for rate in rates],
+            [max(rate.samples) - float(rate) for rate in rates],
+        ]
+        what = f"{case['length']} pass, " if case["pipeline"] == "link" else ""
+        ax.errorbar(
+            [k for k, _ in points],
+            [float(rate) for rate in rates],
+            yerr=spans,
+            marker="o" if case["compression"] is None else "s",
+            linestyle="-" if case["length"] != "short" else "--",
+            capsize=3,
+            label=f"{what}compression={case['compression']}",
+        )
+    link_ax.set_title(
+        f"Link-bound: 256 KiB incompressible elements\nworker links "
+        f"{plan['worker_rate']}, trainer link {plan['trainer_rate']} (tc tbf)",
+        fontsize=10,
+    )
+    link_ax.set_ylabel("MB/s of elements, median")
+    cpu_ax.set_title(
+        f"CPU-bound: {plan['cpu_ms']:.0f} ms of CPU per element\n"
+        f"every host shares this machine's {os.cpu_count()} cores",
+        fontsize=10,
+    )
+    cpu_ax.set_ylabel("elements/s, median")
+    for ax in (link_ax, cpu_ax):
+        ax.set_xticks(ks)
+        ax.set_xlabel("worker hosts (network namespaces), distributed_epoch")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Throughput against worker hosts\n{label}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _pipelines(plt: Any, ran: dict[str, Any], path: Path, label: str) -> Path:
     """Bars per system: elements/s (top) and trainer CPU per 1,000 (bottom),
     one column per pipeline; whiskers span the samples."""
+    bars = max(len(result["systems"]) for result in ran.values())
+    width = max(6.5, 1.15 * bars)  # room for each bar's two-line label
     fig, axes = plt.subplots(
-        2, len(ran), figsize=(6.5 * len(ran), 7), squeeze=False, sharex="col"
+        2, len(ran), figsize=(width * len(ran), 7), squeeze=False, sharex="col"
     )
     for column, (name, result) in enumerate(ran.items()):
         systems = {k: v for k, v in result["systems"].items() if "el_s" in v}

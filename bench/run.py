@@ -11,7 +11,9 @@ local process (bench/peers.py), exactly_once (its cost: bench/exactly_once.py),
 profiling (what per-op profiling on the workers costs: bench/profiling.py),
 multirank (dealt multi-rank reads against first come, first served, and
 save/merge/restore latency: bench/multirank.py), formats (Parquet and
-WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py).
+WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py),
+hosts (throughput against 1-4 worker hosts over tc-limited links, network
+namespaces, root: bench/hosts.py).
 Each figure is the median of ``--repeats`` runs after a warm-up, next to
 baselines measured in the same run; tf.data service figures are ANCHORS.md
 constants (bench/anchors.py), labelled as such. Progress goes to stderr; stdout
@@ -45,6 +47,7 @@ from bench import (
     control,
     exactly_once,
     formats,
+    hosts,
     link,
     multirank,
     peers,
@@ -78,6 +81,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "shm": shm.shared_memory,
     "threads": threads.numpy_workers,
     "link": link.link,
+    "hosts": hosts.hosts,  # namespaces: a trainer host and 1-4 worker hosts
     "control": control.control,
     "journal": control.journal,
     "multirank": multirank.multirank,  # its own 2-worker cluster, rank processes

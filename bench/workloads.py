@@ -85,27 +85,49 @@ def noise(size: int) -> np.ndarray[Any, Any]:
     return np.random.default_rng(0).standard_normal(size // 4, dtype=np.float32)
 
 
+@functools.cache
+def _noise_here(size: int) -> np.ndarray[Any, Any]:
+    return noise(size)
+
+
+def made_noise(index: Any, size: int) -> np.ndarray[Any, Any]:
+    """``noise(size)``, made once per worker process: a pipeline that carries no data."""
+    return _noise_here(size)
+
+
 def transfer_mb_s(
-    bench: Bench, size: int, compression: str | None, path: str = "tcp"
+    bench: Bench,
+    size: int,
+    compression: str | None,
+    path: str = "tcp",
+    made: bool = False,
 ) -> Stat:
     """MB/s of ``size``-byte float32 tensors from the shared worker to this
-    process, over ``path`` (see ``common.transport``)."""
+    process, over ``path`` (see ``common.transport``). The tensor is a
+    constant of the pipeline (``from_tensors``: it travels with the pipeline
+    to the dispatcher and the worker at every pass), or ``made`` on the worker."""
 
     def compute() -> Stat:
         count = bench.sizes.count_for(size)
-        ds = zd.Dataset.from_tensors(noise(size)).repeat(count)
+        if made:
+            ds = zd.Dataset.range(count).map(functools.partial(made_noise, size=size))
+        else:
+            ds = zd.Dataset.from_tensors(noise(size)).repeat(count)
         remote = distributed(ds, bench.target(), compression=compression)
         with transport(path):
             return bench.measure(
                 per_second(count * size / 1e6, lambda: drain(remote, count))
             )
 
-    return bench.memo(("zmqdata", size, compression, path), compute)
+    return bench.memo(("zmqdata", size, compression, path, made), compute)
 
 
-W3_CASES = ((None, "tcp"), ("AUTO", "tcp"), (None, "shm"))
-"""(compression, path): tcp is the transport against raw pyzmq tcp; shm is
-what a trainer on the workers' host gets by default."""
+W3_CASES = ((None, "tcp", False), ("AUTO", "tcp", False), (None, "shm", False))
+"""(compression, path, made): tcp is the transport against raw pyzmq tcp; shm
+is what a trainer on the workers' host gets by default; ``made``: the tensor
+is made on the worker (W3 proper ships it in the pipeline at every pass)."""
+W3_MADE_CASES = ((None, "tcp", True),)
+"""Run for the largest size only: where the pipeline's tensor costs most."""
 
 
 def w3_big_tensors(bench: Bench) -> dict[str, Any]:
@@ -113,14 +135,18 @@ def w3_big_tensors(bench: Bench) -> dict[str, Any]:
     and over same-host shared memory, against raw pyzmq zero-copy PUSH/PULL of
     the same bytes and memcpy."""
     cases = {}
+    largest = max(bench.sizes.w3_sizes)
     for size in bench.sizes.w3_sizes:
-        for compression, path in W3_CASES:
-            cases[f"{size}/{compression}/{path}"] = {
+        for compression, path, made in W3_CASES + (
+            W3_MADE_CASES if size == largest else ()
+        ):
+            cases[f"{size}/{compression}/{path}{'/made' if made else ''}"] = {
                 "size": size,
                 "compression": compression,
                 "path": path,
+                "made": made,
                 "count": bench.sizes.count_for(size),
-                "zmqdata_mb_s": transfer_mb_s(bench, size, compression, path),
+                "zmqdata_mb_s": transfer_mb_s(bench, size, compression, path, made),
                 "raw_mb_s": raw.push_pull_mb_s(bench, size),
                 "memcpy_mb_s": raw.memcpy_mb_s(bench, size),
             }

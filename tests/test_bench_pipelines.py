@@ -6,11 +6,15 @@ No timing here (bench/peers.py measures); the peers' tables render from figures.
 from __future__ import annotations
 
 import doctest
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench import peers, pipelines
-from bench.common import Stat
+from bench.common import ROOT, Stat, subprocess_env
 
 
 def _contents(paths: list[str], mode: str = "r") -> list[str | bytes]:
@@ -112,3 +116,47 @@ def test_the_tables_give_ratios_against_torch_and_local_and_mark_targets():
     rows = peers.rows("images", result)
     assert [row[3] for row in rows] == ["1.50x", "3.00x", "1.00x"]  # torch, local, CPU
     assert all(row[-1].endswith("✔") for row in rows)
+
+
+def _batches(read: peers.Reader) -> list[np.ndarray]:
+    return [np.asarray(batch) for batch in read()]
+
+
+def _sorted_rows(batches: list[np.ndarray]) -> np.ndarray:
+    """Every element of ``batches``, in one order whatever order they came in."""
+    rows = np.concatenate(batches)
+    flat = rows.reshape(len(rows), -1)
+    return flat[np.lexsort(flat.T[::-1])]
+
+
+def read_like_local(folder: str) -> None:
+    """grain's and SPDL's systems read the local loop's elements, batched alike
+    (run in a process of its own: grain keeps a thread pool for the process's life)."""
+    peers.CACHE = Path(folder)
+    pipelines.IMAGE_BATCH, pipelines.TEXT_BATCH = 3, 5
+    for pipeline in (peers.image_pipeline(7), peers.text_pipeline(3, 8)):
+        with peers.SYSTEMS["local"](pipeline) as local:
+            expected = _batches(local)
+        for name in ("grain", "spdl", "spdl_processes"):
+            with peers.SYSTEMS[name](pipeline) as read:
+                batches = _batches(read)
+            assert sum(map(len, batches)) == sum(map(len, expected)), name
+            assert max(map(len, batches)) == pipeline.batch, name
+            assert np.array_equal(_sorted_rows(batches), _sorted_rows(expected)), name
+
+
+def test_grain_and_spdl_read_what_the_local_loop_reads(tmp_path):
+    for module in ("grain", "spdl"):
+        if peers.missing(module):
+            pytest.skip(peers.missing(module))
+    code = f"from tests import test_bench_pipelines as t; t.read_like_local({str(tmp_path)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,43 @@ def test_a_standalone_worker_counts_the_live_workers_of_its_host(
                 seat.release()
             assert worker.stop() == 0
     assert len(os.listdir(tmp_path)) == 0  # the worker took its seat back
+
+
+API_WORKER = (
+    "import sys\n"
+    "from zmqdata import service\n"
+    "service.WorkerServer(service.WorkerConfig(sys.argv[1])).join()\n"
+)
+
+
+def test_a_worker_script_joined_on_its_main_thread_limits_blas(cores, tmp_path):
+    """tf.data's pattern: ``WorkerServer(config).join()``: the worker owns its process."""
+    env = {**os.environ, threads.RUNTIME_DIR_VAR: str(tmp_path)}
+    for name in threads.ENV_VARS:
+        env.pop(name, None)
+    with service.DispatchServer() as dispatcher:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", API_WORKER, dispatcher.target], env=env
+            )
+            for _ in range(2)
+        ]
+        try:
+            poll_for(
+                lambda: len(service.get_status(dispatcher.target)["workers"]) == 2, 20
+            )
+            seen = {parse(element) for element in read(dispatcher.target, 8)}
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(20)
+    share = str(max(1, cores // 2))
+    assert {pid for pid, _, _ in seen} <= {proc.pid for proc in procs}
+    assert {blas for _, blas, _ in seen} == {f"[{share}]"}
+    # The environment is set at join(), for subprocesses: from the workers
+    # announced then (the other may not have been yet).
+    assert all(omp != "None" for _, _, omp in seen)
 
 
 def test_up_gives_each_of_its_workers_its_share_of_the_cores(cores, tmp_path):

@@ -187,3 +187,17 @@ def test_batch_of_mixed_scalar_types_takes_the_general_path():
     assert (
         structure.stack(mixed).dtype == np.stack([np.asarray(m) for m in mixed]).dtype
     )
+
+
+def test_batch_of_transposed_views_is_c_contiguous_and_equal_to_np_stack():
+    hwc = np.arange(2 * 4 * 5 * 3, dtype=np.float32).reshape(2, 4, 5, 3)
+    chw = [image.transpose(2, 0, 1) for image in hwc]  # not C-contiguous
+    images = zd.Dataset.from_tensor_slices(hwc).map(lambda i: i.transpose(2, 0, 1))
+    (batch,) = images.batch(2)
+    assert batch.flags.c_contiguous
+    assert batch.dtype == np.float32
+    assert np.array_equal(batch, np.stack(chw))
+    mixed = structure.stack([chw[0], chw[1].astype(np.float64)])
+    assert mixed.flags.c_contiguous
+    assert mixed.dtype == np.float64
+    assert np.array_equal(mixed, np.stack(chw))

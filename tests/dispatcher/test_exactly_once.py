@@ -77,6 +77,13 @@ class Read:
         assert isinstance(answer, m.GetSplitReply), answer
         return answer
 
+    def rest(self, task_id: int) -> list[list[int]]:
+        """Task ``task_id`` asks for splits, 256 at a time, to the end; what it got."""
+        got: list[list[int]] = []
+        while not (answer := self.ask(task_id, max_splits=256)).end_of_splits:
+            got += answer.splits
+        return got
+
     def heartbeat(self, client: int, now: float = 0.5, **fields: Any) -> Any:
         """Client number ``client``'s heartbeat; every message sent in answer."""
         message = m.ClientHeartbeat(client_id=self.clients[client], **fields)
@@ -165,8 +172,7 @@ def test_untracked_jobs_are_unchanged(state):
     read.lose("a:1")
     assert (read.iteration.orphans, read.iteration.pending) == ({}, [])
     assert read.iteration.task_epoch == 0
-    assert read.ask(b, max_splits=256).splits[0] == [0, 20, 30]  # at most once
-    assert read.ask(b).end_of_splits
+    assert read.rest(b)[0] == [0, 20, 30]  # at most once
     assert state_of(read.heartbeat(0, finished_tasks=[b])).finished
     assert {type(e) for e in state.log}.isdisjoint(
         {ev.RangesAcked, ev.RangesHanded, ev.ClientFenced, ev.IterationResumed}
@@ -316,8 +322,7 @@ def test_keys_all_acknowledged_need_no_fence(state):
     assert read.iteration.orphans
     read.heartbeat(0, acked=[[a, 0, 10]])  # no fence yet: the orphan is done
     assert (read.iteration.orphans, read.iteration.pending) == ({}, [])
-    read.ask(b, max_splits=256)
-    assert read.ask(b).end_of_splits
+    assert read.rest(b)[0] == [0, 10, 20]
     assert state_of(read.heartbeat(0, finished_tasks=[b])).finished
 
 

@@ -124,6 +124,10 @@ class Network:
         self.hosts.append(host)
         return host
 
+    def port(self, host: Host) -> tuple[str, str]:
+        """``(namespace, device)`` of ``host``'s bridge port: what it sends to ``host``."""
+        return self._bridge, f"p{self.hosts.index(host) + 1}"
+
     def close(self) -> None:
         """Deletes every namespace made (veth pairs and bridge go with them)."""
         for name in reversed(self._namespaces):

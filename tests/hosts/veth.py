@@ -5,7 +5,8 @@ A ``VethPair`` is two network namespaces, ``zd-<pid>-<n>`` as in ``netns.py``
 pair with one address each in ``10.251.<octet>.0/24``. ``limit("200mbit")``
 puts a token bucket (``tc qdisc ... tbf``) on the first host's side, so what
 it sends crosses a slow link; ``limit(None)`` takes it off. ``shape(host,
-rate)`` does the same to any host's ``eth0`` (a ``netns.Network`` host too).
+rate)`` does the same to any host's ``eth0`` (a ``netns.Network`` host too),
+``shape_into(network, host, rate)`` to what a ``Network``'s bridge sends it.
 Nothing is created in the caller's namespace.
 """
 
@@ -17,7 +18,7 @@ import subprocess
 from contextlib import suppress
 
 from tests.hosts import netns
-from tests.hosts.netns import Host
+from tests.hosts.netns import Host, Network
 
 
 def tc_missing() -> str | None:
@@ -32,13 +33,23 @@ def shape(host: Host, rate: str | None) -> None:
 
     A token bucket (``tc qdisc ... tbf``); None takes it off.
     """
+    shape_device(host.namespace, "eth0", rate)
+
+
+def shape_into(network: Network, host: Host, rate: str | None) -> None:
+    """Limits what ``network``'s bridge sends to ``host`` (all it receives) to ``rate``."""
+    shape_device(*network.port(host), rate)
+
+
+def shape_device(namespace: str, device: str, rate: str | None) -> None:
+    """Limits what ``device`` in ``namespace`` sends to ``rate`` (None: no limit)."""
     if rate is None:
-        args = ["qdisc", "del", "dev", "eth0", "root"]
+        args = ["qdisc", "del", "dev", device, "root"]
     else:
-        args = ["qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+        args = ["qdisc", "replace", "dev", device, "root", "tbf", "rate", rate,
                 "burst", "256kb", "latency", "20ms"]  # fmt: skip
     done = subprocess.run(
-        ["tc", "-n", host.namespace, *args],
+        ["tc", "-n", namespace, *args],
         capture_output=True, text=True, timeout=10, check=False,
     )  # fmt: skip
     if done.returncode != 0 and rate is not None:

@@ -88,7 +88,8 @@ class Splits:
         again gets the splits it got the first time (nothing new is handed
         out), an older one is refused. A later repetition starts its splits
         from 0; an earlier one is over, as is one whose splits are all handed
-        out (``end_of_splits``). Exactly once (``tracked``): the iteration's
+        out (``end_of_splits``); fresh splits go out a ``fair_share`` of
+        those left at most. Exactly once (``tracked``): the iteration's
         pending keys come first, whatever the repetition asked for (about
         ``max_splits`` splits' worth); fresh splits leave out the keys of a
         resumed read's ``done`` (a split all done is skipped), and the event
@@ -116,7 +117,8 @@ class Splits:
                 repetition=iteration.split_repetition,
             )
             return reply, None
-        splits, count = self._scan(request, index, total, iteration.done)
+        share = fair_share(request.max_splits, total - index, len(iteration.tasks))
+        splits, count = self._scan(request, share, index, total, iteration.done)
         produced = ev.SplitProduced(
             iteration.iteration_id,
             request.repetition,
@@ -143,16 +145,16 @@ class Splits:
         ]
 
     def _scan(
-        self, request: m.GetSplit, index: int, total: int, done: Ranges
+        self, request: m.GetSplit, wanted: int, index: int, total: int, done: Ranges
     ) -> tuple[list[list[int]], int]:
         """Fresh splits from ``index`` on for ``request``, and how many were passed.
 
-        Up to ``max_splits`` splits with keys not ``done``; splits all done
+        Up to ``wanted`` splits with keys not ``done``; splits all done
         are passed over (at most ``MAX_SPLITS_SCANNED`` in one request).
         """
         splits: list[list[int]] = []
         given = scanned = 0
-        while given < request.max_splits and index + scanned < total:
+        while given < wanted and index + scanned < total:
             parts = self._fresh(request.repetition, index + scanned, done)
             scanned += 1
             given += bool(parts)
@@ -204,6 +206,20 @@ def _with_marks(
     if not keys or not iteration.progress:
         return reply
     return dataclasses.replace(reply, progress=iteration.marks_in(keys))
+
+
+def fair_share(asked: int, left: int, tasks: int) -> int:
+    """Splits one request gets: ``asked``, at most ``1 / (2 * tasks)`` of those ``left``.
+
+    One at least. A worker asks for many cheap splits at once (``_worker/splitbatch.py``),
+    and what it took only its link can carry: near the end of a pass the
+    others would sit idle while it drains them. So a task's batches shrink as
+    the pass runs out, and the last hold a split or two.
+
+    >>> fair_share(16, 1_000, 4), fair_share(16, 80, 4), fair_share(16, 3, 4)
+    (16, 10, 1)
+    """
+    return max(1, min(asked, left // (2 * max(1, tasks))))
 
 
 def answered_before(task: model.Task, request: m.GetSplit) -> bool:

@@ -11,9 +11,10 @@ limits the pools its pipeline uses to its share (``WorkerConfig.threads``):
   (``registry_dir()``), re-read when a task starts; at least 1.
 * ``N``: N threads. ``"none"``: leave the pools alone.
 
-A dedicated worker process (``zmqdata worker``, ``zmqdata up``) calls
-``own_process()``: its tasks limit every pool (BLAS is process-wide) and the
-usual environment variables are set for subprocesses and late-loaded libraries.
+A dedicated worker process calls ``own_process()``: ``zmqdata worker`` and
+``zmqdata up``'s children at start, a script's ``WorkerServer.join()`` on its
+main thread. Its tasks limit every pool (BLAS is process-wide) and the usual
+environment variables are set for subprocesses and late-loaded libraries.
 Workers inside another process (a trainer's in-process workers) limit only the
 OpenMP pools of their producer threads (OpenMP's limit is per thread), never
 the process-wide BLAS pools the trainer itself uses.
@@ -271,6 +272,8 @@ def own_process(setting: Setting, extra_workers: int = 1) -> int | None:
     counts other threads set (seen with numpy's OpenBLAS 0.3.31).
     """
     global _owned
+    if _owned:  # declared already (a worker joined again, or the CLI's)
+        return resolve(setting)
     _owned = True
     threads = resolve(setting, extra_workers)
     if threads is not None:

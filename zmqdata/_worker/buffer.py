@@ -7,6 +7,28 @@ reads (``tracked``) the buffer also keeps what its items stand for and the
 keys the task was handed (``handed.HandedKeys``): ``take_covered`` says what
 the items taken cover, and the end carries the keys the task dropped.
 
+A ``paced`` buffer holds at most ``AHEAD_S`` of what is taken from it (the
+rate its consumers' links carry), within ``[MIN_AHEAD_BYTES, max_bytes]``,
+starting at the minimum; a reply takes at most half of it. What a worker's
+producer has made and its link not yet sent is work no other worker can take
+over: on a slow link a full ``max_bytes`` is seconds of it, and at the end of
+an epoch the other workers would sit idle while it drains (a 63 MB pass read
+from two 200 Mbit/s hosts took 1.6x as long as it needed: one host had made
+79% of it; docs/performance.md, "Many hosts"). On a fast link the rate soon
+allows all of ``max_bytes``.
+
+>>> now = [0.0]
+>>> paced = TaskBuffer(1024, 64 << 20, paced=True, clock=lambda: now[0])
+>>> paced.limit_bytes == MIN_AHEAD_BYTES
+True
+>>> for _ in range(4):
+...     _ = paced.put(Raw(0), 1 << 19)  # 2 MiB in all: full
+>>> now[0] = 0.1
+>>> len(paced.take_covered(4, None))  # a reply: half the limit, 1 MiB
+2
+>>> paced.limit_bytes == MIN_AHEAD_BYTES  # 10 MB/s: 1 MB ahead, under the floor
+True
+
 >>> buffer = TaskBuffer(max_items=2, max_bytes=1 << 20)
 >>> buffer.put(Raw(1), 8), buffer.put(Raw(2), 8)  # True: it was empty
 (True, False)
@@ -19,7 +41,9 @@ the items taken cover, and the end carries the keys the task dropped.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +52,14 @@ from zmqdata._wire.progress import Mark
 from zmqdata._worker.handed import HandedKeys
 
 _WAIT_S = 0.05
+AHEAD_S = 0.1
+"""A paced buffer holds at most this many seconds of what is taken from it, ..."""
+MIN_AHEAD_BYTES = 2 * 2**20
+"""... and never less than this (nor more than its ``max_bytes``)."""
+RATE_WINDOW_S = 0.05
+"""The take rate is measured over windows at least this long, ..."""
+RATE_SMOOTHING = 0.5
+"""... each weighing this much against the windows before (EWMA)."""
 
 
 class Cancelled(Exception):
@@ -51,13 +83,26 @@ class Encoded:
 class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
-    def __init__(self, max_items: int, max_bytes: int, tracked: bool = False) -> None:
+    def __init__(
+        self,
+        max_items: int,
+        max_bytes: int,
+        tracked: bool = False,
+        paced: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._items: deque[tuple[Raw | Encoded, int, Lineage, list[Mark] | None]] = (
             deque()
         )
         self._keys = HandedKeys() if tracked else None
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
+        self._paced = paced
+        self._floor = min(MIN_AHEAD_BYTES, max_bytes)
+        self._limit = self._floor if paced else max_bytes
+        self._clock = clock
+        self._window_start, self._window_bytes = clock(), 0
+        self._take_rate: float | None = None
         self._cond = threading.Condition()
         self._done = False
         self.error: tuple[str, str] | None = None
@@ -79,7 +124,7 @@ class TaskBuffer:
         with self._cond:
             while self._items and (
                 len(self._items) >= self._max_items
-                or self._bytes + nbytes > self._max_bytes
+                or self._bytes + nbytes > self._limit
             ):
                 if stop is not None and stop.is_set():
                     raise Cancelled
@@ -91,19 +136,35 @@ class TaskBuffer:
 
     def take(self, max_items: int) -> list[Raw | Encoded]:
         """Removes and returns up to ``max_items`` items without waiting."""
-        return self.take_covered(max_items, None)
+        return self._take(max_items, None, self._max_bytes)
 
     def take_covered(
         self, max_items: int, coverage: Coverage | None
     ) -> list[Raw | Encoded]:
-        """``take``, adding what the items stand for to ``coverage`` (if tracked)."""
+        """A reply's items: ``take``, adding what they stand for to ``coverage`` (if tracked).
+
+        From a paced buffer, at most half its limit in bytes (one item at
+        least), so two replies in flight hold no more than it does.
+        """
+        reply_bytes = self._limit // 2 if self._paced else self._max_bytes
+        return self._take(max_items, coverage, reply_bytes)
+
+    def _take(
+        self, max_items: int, coverage: Coverage | None, max_bytes: int
+    ) -> list[Raw | Encoded]:
         keys = self._keys if coverage is not None else None
         with self._cond:
             taken: list[Raw | Encoded] = []
             lineages: list[Lineage] = []  # only what a tracked reply covers
-            while self._items and len(taken) < max_items:
+            taken_bytes = 0
+            while (
+                self._items
+                and len(taken) < max_items
+                and (not taken or taken_bytes + self._items[0][1] <= max_bytes)
+            ):
                 item, nbytes, lineage, marks = self._items.popleft()
                 self._bytes -= nbytes
+                taken_bytes += nbytes
                 taken.append(item)
                 if keys is not None:
                     lineages.append(lineage)
@@ -112,8 +173,28 @@ class TaskBuffer:
             if taken:
                 if keys is not None and coverage is not None:
                     keys.cover(lineages, coverage)
+                if self._paced:
+                    self._pace(taken_bytes, self._clock())
                 self._cond.notify_all()
             return taken
+
+    def _pace(self, taken_bytes: int, now: float) -> None:
+        """Counts bytes taken; at the end of a window, sets the limit from the rate."""
+        self._window_bytes += taken_bytes
+        elapsed = now - self._window_start
+        if elapsed < RATE_WINDOW_S:
+            return
+        rate = self._window_bytes / elapsed
+        old = self._take_rate
+        self._take_rate = rate if old is None else old + RATE_SMOOTHING * (rate - old)
+        self._window_start, self._window_bytes = now, 0
+        ahead = int(self._take_rate * AHEAD_S)
+        self._limit = max(self._floor, min(ahead, self._max_bytes))
+
+    @property
+    def limit_bytes(self) -> int:
+        """The bytes the buffer holds at most now (``max_bytes`` unless paced)."""
+        return self._limit
 
     @property
     def tracked(self) -> bool:

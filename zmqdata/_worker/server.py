@@ -541,7 +541,17 @@ class WorkerServer:
         self._waker.close()
 
     def join(self, timeout: float | None = None) -> None:
-        """Blocks until ``stop()`` (or ``timeout``); raises if a server loop crashed."""
+        """Blocks until ``stop()`` (or ``timeout``); raises if a server loop crashed.
+
+        Joined on the main thread, the worker owns its process (tf.data's
+        pattern: ``WorkerServer(config).join()`` as a script's last line): from
+        then on its tasks hold every native thread pool, BLAS included, to
+        its share of the host's cores (``WorkerConfig.threads``), as a
+        ``zmqdata worker`` does. A worker in a process whose main thread does
+        something else (a trainer's) leaves that process's BLAS pools alone.
+        """
+        if threading.current_thread() is threading.main_thread():
+            threads.own_process(self.config.threads, extra_workers=0)
         self._data.join(0)
         self._control.join(timeout)
         self._data.join(0)

@@ -34,10 +34,21 @@ class SplitBatch:
         self._count = 0
         self._rtt_s = 0.0
 
-    def size(self, now: float) -> int:
-        """How many splits to ask for now (the previous ones are all taken)."""
-        if self._fetched_at is not None and self._count:
-            per_split = max(now - self._fetched_at, 1e-6) / self._count
+    def size(self, now: float, left: int = 0) -> int:
+        """How many splits to ask for now.
+
+        All but ``left`` of the previous ones are taken (``left`` > 0: a
+        request sent ahead, before they run out).
+
+        >>> batch = SplitBatch()
+        >>> batch.size(now=0.0), batch.fetched(4, now=0.001)
+        (1, None)
+        >>> batch.size(now=0.002, left=2)  # 2 taken in 1 ms: 0.5 ms each
+        2
+        """
+        if self._fetched_at is not None and self._count > left:
+            taken = self._count - left
+            per_split = max(now - self._fetched_at, 1e-6) / taken
             # (less a hair, so float noise on an exact ratio does not round up)
             wanted = math.ceil(ROUND_TRIPS_PER_BATCH * self._rtt_s / per_split - 1e-6)
             self._size = max(1, min(wanted, 2 * self._size, MAX_BATCH))

@@ -8,6 +8,7 @@ what each element stands for (``handed.py``, ``_wire/lineage.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -68,7 +69,10 @@ class RemoteSplitProvider(SplitProvider):
     """Asks the dispatcher for the splits of one iteration, one repetition at a time.
 
     Cheap splits are asked for several at a time (``SplitBatch`` sizes the
-    requests from their round trip and how fast the splits are used up).
+    requests from their round trip and how fast the splits are used up), and
+    the next ones are asked for when half of a batch is left (``_prefetch``):
+    the answer comes in while the producer works through the other half, so
+    the round trip does not stall it.
     Requests are numbered; one that gets no answer in time is sent again with
     the same number, and the dispatcher answers it with the splits it handed
     out the first time (so a stalled or restarted dispatcher loses none).
@@ -126,6 +130,13 @@ class RemoteSplitProvider(SplitProvider):
         """The protocol version the dispatcher speaks (an older one if it says so)."""
         self._splits: deque[Split] = deque()
         self._batch = SplitBatch()
+        self._fetched = 0
+        """Splits the last answer brought (a prefetch goes out at half of them)."""
+        self._pending: m.GetSplit | None = None
+        """A request sent ahead (``_prefetch``) whose answer is not taken yet."""
+        self._ended: bool | None = None
+        """A request sent ahead was answered with the end: whether the
+        dispatcher is at a later repetition (told once the splits run out)."""
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
@@ -144,18 +155,23 @@ class RemoteSplitProvider(SplitProvider):
         Asked while its task's profile times an element, the round trip is
         the ``splits`` phase, not the source op's time.
         """
-        if not self._splits:
-            if self._draining.is_set():
-                raise Cancelled
-            profile = self.profile
-            if profile is None or not profile.timing:
-                self._fetch()
-            else:
-                start = time.perf_counter_ns()
-                self._fetch()
-                took = time.perf_counter_ns() - start
-                profile.phase("splits", took)
-                profile.inner(took)
+        if self._splits:
+            self._prefetch()
+            return self._splits.popleft()
+        if self._draining.is_set() and self._pending is None:
+            raise Cancelled  # (splits asked for ahead are made first)
+        if self._ended is not None:
+            self._behind, self._ended = self._ended, None
+            return None
+        profile = self.profile
+        if profile is None or not profile.timing:
+            self._fetch()
+        else:
+            start = time.perf_counter_ns()
+            self._fetch()
+            took = time.perf_counter_ns() - start
+            profile.phase("splits", took)
+            profile.inner(took)
         if not self._splits:
             return None
         return self._splits.popleft()
@@ -170,7 +186,7 @@ class RemoteSplitProvider(SplitProvider):
         self._counts += [ordinal, count]
 
     def _fetch(self) -> None:
-        """Asks for the next splits: as many as the batch size says."""
+        """Asks for the next splits (or waits for those asked for ahead)."""
         wait = Backoff(0.001, ASK_AGAIN_MAX_S, jitter=0.0)
         while True:
             reply = self._ask()
@@ -178,10 +194,47 @@ class RemoteSplitProvider(SplitProvider):
                 self._behind = reply.repetition > self._repetition
                 return
             if reply.splits:
-                break
+                self._take(reply)
+                return
             if self._stop.wait(wait.next_delay()) or self._draining.is_set():
                 raise Cancelled  # (else nothing now: ask again)
+
+    def _prefetch(self) -> None:
+        """Asks for the next splits ahead; takes their answer once it is in.
+
+        Asks with half of the last answer's splits left, and never waits for
+        the answer here. Not for dealt tasks (their requests report what the
+        splits before made).
+        """
+        if self._pending is None:
+            if (
+                self._dealt
+                or self._ended is not None
+                or self._draining.is_set()
+                or len(self._splits) > self._fetched // 2
+            ):
+                return
+            self._pending = self._request(left=len(self._splits))
+            self._send(self._pending)
+            return
+        sock = self._socket()
+        if not sock.poll(0):
+            return
+        reply = self._answer(self._pending, sock.recv())
+        if reply is None:
+            return
+        self._pending = None
+        reply = self._checked(reply)
+        if reply.end_of_splits:
+            self._ended = reply.repetition > self._repetition
+        elif reply.splits:
+            self._take(reply)
+        # (else nothing now: asked again, waiting, once these run out)
+
+    def _take(self, reply: m.GetSplitReply) -> None:
+        """Queues the splits of ``reply`` (their keys noted as handed)."""
         self._got_split = True
+        self._fetched = len(reply.splits)
         self._batch.fetched(len(reply.splits), time.monotonic())
         if self._dealt:
             self._splits.extend(reply.splits)
@@ -194,23 +247,37 @@ class RemoteSplitProvider(SplitProvider):
                 self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
 
-    def _ask(self) -> m.GetSplitReply:
-        """One split request (retried as the same request until answered)."""
+    def _request(self, left: int = 0) -> m.GetSplit:
+        """The next split request (``left``: splits still queued as it is sent)."""
         self._request_id += 1
-        request = m.GetSplit(
+        return m.GetSplit(
             request_id=self._request_id,
             iteration_id=self._iteration_id,
             repetition=self._repetition,
             task_id=self._task_id,
-            max_splits=self._batch.size(time.monotonic()),
+            max_splits=self._batch.size(time.monotonic(), left),
             counts=self._counts,
         )
+
+    def _ask(self) -> m.GetSplitReply:
+        """The answer to one split request, the one sent ahead if any.
+
+        Retried as the same request until answered.
+        """
+        request, sent = self._pending, self._pending is not None
+        self._pending = None
+        if request is None:
+            request = self._request()
         log = self.tracer.log
         start = time.perf_counter_ns()
-        reply = self._call(request)
+        reply = self._call(request, sent)
         if log is not None:
             asked = {"task_id": self._task_id, "max_splits": request.max_splits}
             log.add("split request", "worker", start, time.perf_counter_ns(), asked)
+        return self._checked(reply)
+
+    def _checked(self, reply: m.Message) -> m.GetSplitReply:
+        """``reply`` if it is a well-formed answer (errors raised as sent)."""
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
         width = 5 if self._dealt else 3
@@ -222,23 +289,37 @@ class RemoteSplitProvider(SplitProvider):
         self.released = max(self.released, reply.released)
         return reply
 
-    def _call(self, request: m.GetSplit) -> m.Message:
+    def _answer(self, request: m.GetSplit, data: bytes) -> m.Message | None:
+        """The answer to ``request`` in ``data``.
+
+        None for a stale answer, or a refusal (``request`` is then sent again
+        at the dispatcher's version).
+        """
+        reply, version = m.decode_versioned(data)
+        again = self._version.received(reply, version, time.monotonic())
+        if again:
+            self._send(request)
+        elif again is None and reply.request_id == request.request_id:
+            return reply
+        return None
+
+    def _call(self, request: m.GetSplit, sent: bool = False) -> m.Message:
+        """The answer to ``request`` (``sent``: it went out already, ahead)."""
         # Every worker asks again after a dispatcher restart: jittered delays.
         backoff = Backoff(0.1, 2.0, minimum_s=0.5)
         for wait in attempts(Deadline(self._timeout_s), backoff):
             sock = self._socket()
-            self._send(request)
+            if not sent:
+                self._send(request)
+            sent = False
             while not wait.expired():
                 if self._stop.is_set():
                     raise Cancelled
                 if sock.poll(_POLL_MS):
-                    reply, version = m.decode_versioned(sock.recv())
-                    again = self._version.received(reply, version, time.monotonic())
-                    if again:  # refused: the same request at the dispatcher's version
-                        self._send(request)
-                    elif again is None and reply.request_id == request.request_id:
+                    reply = self._answer(request, sock.recv())
+                    if reply is not None:
                         return reply
-            self.close()  # drop a request the dispatcher may never answer
+            self._drop_socket()  # drop a request the dispatcher may never answer
         raise UnavailableError(f"no split from dispatcher {self._dispatcher} in time")
 
     def _send(self, request: m.GetSplit) -> None:
@@ -255,6 +336,21 @@ class RemoteSplitProvider(SplitProvider):
         self._repetition += 1
 
     def close(self) -> None:
+        """Closes the socket, once the answer to a request sent ahead is in.
+
+        A task that ends with one out (a ``take`` below it, an error) notes
+        its splits as handed: its end tells them dropped, as the unread ones
+        before them.
+        """
+        request, self._pending = self._pending, None
+        if request is not None and not (self._stop.is_set() or self._draining.is_set()):
+            with contextlib.suppress(ZmqDataError, Cancelled):
+                reply = self._checked(self._call(request, sent=True))
+                if reply.splits:
+                    self._take(reply)
+        self._drop_socket()
+
+    def _drop_socket(self) -> None:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
@@ -285,7 +381,9 @@ class TaskRunner:
         dynamic = task.processing_mode == ShardingPolicy.DYNAMIC
         cached = task.cross_trainer_cache  # every trainer reads it: never tracked
         tracked = task.exactly_once and dynamic and not task.dealt and not cached
-        self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES, tracked)
+        # Coordinated rounds take one element per consumer at once: not paced.
+        paced = task.num_consumers is None
+        self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES, tracked, paced=paced)
         self.dealt = DealtBuffer(BUFFER_ITEMS, BUFFER_BYTES) if task.dealt else None
         """Multi-rank reads: the output by split and index (``dealt.py``)."""
         self.tracked = tracked
@@ -381,6 +479,8 @@ class TaskRunner:
     def stats_dict(self) -> dict[str, Any]:
         """The task's counters and buffer fill, as heartbeats carry them."""
         items, nbytes = self.buffered()
+        in_buffer = self._sink is self.buffer
+        capacity = self.buffer.limit_bytes if in_buffer else BUFFER_BYTES
         return {
             "task_id": self.task_id,
             "iteration_id": self._task.iteration_id,
@@ -388,8 +488,8 @@ class TaskRunner:
             "buffered_elements": items,
             "buffered_bytes": nbytes,
             "buffer_capacity_elements": BUFFER_ITEMS,  # the fill `zmqdata status` shows
-            "buffer_capacity_bytes": BUFFER_BYTES,
-            "buffer_fill": min(1.0, max(items / BUFFER_ITEMS, nbytes / BUFFER_BYTES)),
+            "buffer_capacity_bytes": capacity,  # a paced buffer's limit now
+            "buffer_fill": min(1.0, max(items / BUFFER_ITEMS, nbytes / capacity)),
             "finished": self.ended,
             "errors_ignored": self.ignored.count,
             "last_error_ignored": self.ignored.last,
