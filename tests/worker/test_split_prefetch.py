@@ -59,7 +59,9 @@ def dispatcher() -> Iterator[FakeDispatcher]:
 
 def test_the_next_splits_are_asked_for_before_the_last_ones_run_out(dispatcher):
     stop = threading.Event()
-    provider = RemoteSplitProvider(dispatcher.target, 1, 1, stop, 10.0)
+    provider = RemoteSplitProvider(
+        dispatcher.target, 1, 1, stop, 10.0, handed=lambda lo, hi: None
+    )
     queued_at_send: list[int] = []
     send = provider._send
 
@@ -116,3 +118,25 @@ def test_a_task_ending_with_a_request_out_notes_its_splits_as_handed(dispatcher)
     assert len(dispatcher.requests) == 3
     assert dispatcher.handed > 3  # the request sent ahead was answered ...
     assert handed == [(lo, lo + 1) for lo in range(dispatcher.handed)]  # ... noted
+
+
+def test_an_at_most_once_task_asks_for_no_splits_ahead(dispatcher):
+    """Its splits are lost with its worker: it holds none it is not making."""
+    provider = RemoteSplitProvider(dispatcher.target, 1, 1, threading.Event(), 10.0)
+    sent: list[m.GetSplit] = []
+    send = provider._send
+
+    def noting_send(request: m.GetSplit) -> None:
+        sent.append(request)
+        send(request)
+
+    provider._send = noting_send  # type: ignore[method-assign]
+    answering = threading.Thread(target=lambda: [dispatcher.answer() for _ in range(2)])
+    answering.start()
+    taken = [provider.next_split(), provider.next_split()]  # 1 split, then 2
+    answering.join(10)
+    assert dispatcher.requests == [1, 2]
+    taken.append(provider.next_split())  # an exactly-once task asks ahead here
+    provider.close()
+    assert all(split is not None for split in taken)
+    assert len(sent) == 2  # none went out while splits were queued

@@ -204,11 +204,14 @@ class RemoteSplitProvider(SplitProvider):
 
         Asks with half of the last answer's splits left, and never waits for
         the answer here. Not for dealt tasks (their requests report what the
-        splits before made).
+        splits before made), nor for at-most-once ones (``handed`` None):
+        splits held ahead are lost with their worker, and such a read loses
+        at most one split beyond the one in progress (docs/modes.md).
         """
         if self._pending is None:
             if (
                 self._dealt
+                or self._handed is None
                 or self._ended is not None
                 or self._draining.is_set()
                 or len(self._splits) > self._fetched // 2
