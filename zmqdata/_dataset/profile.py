@@ -244,10 +244,8 @@ class Profile:
             start = time.perf_counter_ns()
             try:
                 return fn(*args)
-            finally:
-                took = (time.perf_counter_ns() - start) * _NS
-                stats.own_s += took
-                stats.thread_s += took
+            finally:  # on a pool thread: the op's own time, off the producer
+                stats.add((time.perf_counter_ns() - start) * _NS)
 
         return timed
 

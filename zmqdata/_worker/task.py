@@ -600,6 +600,8 @@ class TaskRunner:
         iterator = make_iterator(root, ctx)
         profile = ctx.profile
         timed: profiling.Profile | None = None  # the element asked for is timed
+        # Counted here rather than by ``profile.timed()``: no call per element
+        # on the hot path (W1's scalars).
         countdown = 0 if profile is None else 1  # elements to the next timed one
         try:
             tracked = self.tracked
