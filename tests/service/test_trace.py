@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import threading
@@ -206,6 +207,14 @@ def test_one_window_at_a_time_and_bounded() -> None:
 
 
 # ------------------------------------------------------------------ a cluster
+
+
+@pytest.fixture
+def cluster(cluster: Callable[..., Cluster]) -> Callable[..., Cluster]:
+    """Clusters whose workers may miss heartbeats for seconds: recording a trace while
+    a trainer reads flat out in this one process starves their heartbeat threads on a
+    loaded two-core host, and a worker timed out mid-window records nothing."""
+    return functools.partial(cluster, worker_timeout_ms=5_000)
 
 
 @pytest.fixture
