@@ -432,6 +432,38 @@ def test_worker_heartbeat_diffs_new_tasks_and_tasks_to_delete(state):
     assert stale.tasks_to_delete == [12345]
 
 
+def test_a_worker_gets_a_pipeline_it_holds_without_it(state):
+    a = register_worker(state, "a:1")
+    fingerprint = graph.fingerprint(RANGE_10)
+    held = m.WorkerHeartbeat(
+        request_id=2, worker_id=a.worker_id, pipelines=[fingerprint]
+    )
+    reply(state, held, peer=b"a:1")
+    first = create_job(state, register_dataset(state))
+    out = send(state, m.GetOrCreateIteration(request_id=5, job_id=first, repetition=0))
+    [pushed] = [msg for peer, msg in out if peer == b"a:1"]
+    assert [(t["pipeline"], t["fingerprint"]) for t in pushed.tasks] == [
+        (b"", fingerprint)
+    ]
+    # A worker that no longer says it holds it gets it again, with its task.
+    again = heartbeat(state, "a:1", a.worker_id, [])
+    assert [(t["pipeline"], t["fingerprint"]) for t in again.new_tasks] == [
+        (RANGE_10, fingerprint)
+    ]
+
+
+@pytest.mark.parametrize(
+    "pipelines", [["f"] * (m.MAX_PIPELINES_HELD + 1), ["f" * 65], [7]]
+)
+def test_a_heartbeat_naming_too_many_pipelines_is_refused(state, pipelines):
+    worker = register_worker(state, "a:1")
+    hostile = m.WorkerHeartbeat(
+        request_id=1, worker_id=worker.worker_id, pipelines=pipelines
+    )
+    assert error(state, hostile, peer=b"a:1").code == "INVALID_ARGUMENT"
+    assert worker.worker_id not in state.held_pipelines
+
+
 def test_iteration_finishes_when_all_its_tasks_finish(state):
     a = register_worker(state, "a:1")
     b = register_worker(state, "b:1")

@@ -47,6 +47,10 @@ def test_a_task_def_is_the_map_workers_always_got() -> None:
         ("exactly_once", False),
         ("dealt", False),
     ]
+    held = TaskDef.from_wire(
+        {**TASK_DEF.to_wire(), "pipeline": b"", "fingerprint": "f"}
+    )
+    assert list(held.to_wire().items())[-1] == ("fingerprint", "f")
 
 
 def test_a_task_info_is_the_map_consumers_always_got() -> None:

@@ -43,6 +43,14 @@ class Node:
         """How many iterators have been built over this node so far."""
         return next(copy.copy(self._passes))
 
+    def fresh(self) -> Node:
+        """This pipeline anew: the same ops, arguments and functions, no pass counted.
+
+        A worker runs each task of a dataset from one decoded copy as if it
+        had decoded it for that task.
+        """
+        return Node(self.op, self.args, tuple(child.fresh() for child in self.inputs))
+
     def walk(self) -> Iterator[Node]:
         """This node and every node below it (depth first)."""
         yield self

@@ -70,6 +70,13 @@ def _worker_heartbeat(msg: m.WorkerHeartbeat, config: DispatcherConfig) -> None:
             "worker_heartbeat.tasks: expected [[task_id, finished], ...], "
             f"got {msg.tasks!r:.200}"
         )
+    if len(msg.pipelines) > m.MAX_PIPELINES_HELD or not all(
+        isinstance(f, str) and len(f) <= m.MAX_FINGERPRINT_CHARS for f in msg.pipelines
+    ):
+        raise InvalidArgumentError(
+            f"worker_heartbeat.pipelines: expected at most {m.MAX_PIPELINES_HELD} "
+            f"fingerprints, got {msg.pipelines!r:.200}"
+        )
 
 
 def _get_or_register_dataset(

@@ -7,6 +7,8 @@ shard); consumers get task infos (where to read: the worker's endpoints) in an
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords
@@ -16,9 +18,15 @@ from zmqdata._wire.tasks import TaskDef, TaskInfo
 
 
 def task_def(
-    records: ClusterRecords, config: DispatcherConfig, task: model.Task
+    records: ClusterRecords,
+    config: DispatcherConfig,
+    task: model.Task,
+    held: Collection[str] = (),
 ) -> TaskDef:
-    """What a worker needs to run ``task`` (``ProcessTask`` and heartbeat replies)."""
+    """What a worker needs to run ``task`` (``ProcessTask`` and heartbeat replies).
+
+    Without the pipeline if its fingerprint is among those the worker ``held``.
+    """
     iteration = records.iterations[task.iteration_id]
     job = records.jobs[iteration.job_id]
     dataset = records.datasets[job.dataset_id]
@@ -30,7 +38,8 @@ def task_def(
         task_id=task.task_id,
         iteration_id=iteration.iteration_id,
         dataset_id=dataset.dataset_id,
-        pipeline=dataset.pipeline,
+        pipeline=b"" if dataset.fingerprint in held else dataset.pipeline,
+        fingerprint=dataset.fingerprint,
         processing_mode=job.processing_mode,
         compression=dataset.compression,
         num_consumers=job.num_consumers,
@@ -65,11 +74,12 @@ def task_changes(
 ) -> m.WorkerHeartbeatReply:
     """The tasks a worker lacks (to start) and those it has but lost (to delete)."""
     reported = {task_id for task_id, _ in heartbeat.tasks}
+    held = frozenset(heartbeat.pipelines)
     assigned = records.worker_tasks.get(worker.worker_id, {})
     return m.WorkerHeartbeatReply(
         request_id=heartbeat.request_id,
         new_tasks=[
-            task_def(records, config, task).to_wire()
+            task_def(records, config, task, held).to_wire()
             for task_id, task in assigned.items()
             if task_id not in reported and not task.finished
         ],

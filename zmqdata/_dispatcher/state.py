@@ -123,6 +123,8 @@ class DispatcherState:
         """The CurveZMQ public key of the request being handled ("": plain)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
         self.worker_samples: dict[int, samples.WorkerSample] = {}
+        self.held_pipelines: dict[int, frozenset[str]] = {}
+        """The pipelines each worker said it holds (``_worker/pipelines.py``)."""
         self.requests_total = 0
         self.errors_total = 0
         self.splits_total = 0
@@ -176,6 +178,7 @@ class DispatcherState:
         if isinstance(event, ev.WorkerRemoved):
             worker = self.records.workers.get(event.worker_id)
             self.worker_samples.pop(event.worker_id, None)
+            self.held_pipelines.pop(event.worker_id, None)
             self.draining.discard(event.worker_id)
             if worker is not None:
                 self._left_seen[("worker", event.worker_id)] = worker.last_seen
@@ -557,6 +560,7 @@ class DispatcherState:
         worker.last_seen = now  # liveness, not state: no event
         previous = self.worker_samples.get(worker.worker_id)  # metrics, not state
         self.worker_samples[worker.worker_id] = samples.sample(previous, msg.stats, now)
+        self.held_pipelines[worker.worker_id] = frozenset(msg.pipelines)
         self._note_ignored_errors(msg.stats)
         if msg.draining and worker.worker_id not in self.draining:
             logger.info("worker %s is draining", worker.worker_address)
@@ -1045,7 +1049,8 @@ class DispatcherState:
         return placement.serves(self.records.jobs[iteration.job_id], worker)
 
     def _task_def(self, task: model.Task) -> dict[str, Any]:
-        return replies.task_def(self.records, self.config, task).to_wire()
+        held = self.held_pipelines.get(task.worker_id, frozenset())
+        return replies.task_def(self.records, self.config, task, held).to_wire()
 
     def _push(self, task: model.Task) -> Outgoing:
         """Tells ``task``'s worker to start it now (heartbeats are the fallback)."""

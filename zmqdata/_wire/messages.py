@@ -48,6 +48,7 @@ ADDED_IN: dict[str, int] = {
     "trace_spans": 6,
     "client_heartbeat.consumed": 6,
     "client_heartbeat.consumer_index": 6,
+    "worker_heartbeat.pipelines": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
@@ -121,6 +122,15 @@ class WorkerHeartbeat(Message):
     """The worker is leaving: it takes no new task (autoscaling, SIGTERM)."""
     leaving: bool = False
     """The worker has drained and stops now: its tasks are lost at once."""
+    pipelines: list[str] = field(default_factory=list)
+    """Fingerprints of the pipelines the worker holds: task definitions of
+    their datasets come without them (``_worker/pipelines.py``)."""
+
+
+MAX_PIPELINES_HELD = 64
+"""The most pipelines a worker's heartbeat may say it holds."""
+MAX_FINGERPRINT_CHARS = 64
+"""The longest pipeline fingerprint a heartbeat may name (``graph.fingerprint``: 32)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,7 +51,8 @@ expected bool, got int
     iteration_id: int
     dataset_id: str
     pipeline: bytes
-    """The serialized pipeline (``graph.serialize``)."""
+    """The serialized pipeline (``graph.serialize``); empty where the worker
+    said it holds the pipeline of ``fingerprint`` (``_worker/pipelines.py``)."""
     processing_mode: int
     """A ``ShardingPolicy``."""
     compression: str | None = None
@@ -62,10 +63,15 @@ expected bool, got int
     """DYNAMIC: tell readers what each element covers (``_wire/lineage.py``)."""
     dealt: bool = False
     """Multi-rank reads: run the pipeline split by split, serve by index (``deal.py``)."""
+    fingerprint: str = ""
+    """The pipeline's ``graph.fingerprint`` (a dispatcher of protocol 5 sends none)."""
 
     def to_wire(self) -> dict[str, Any]:
-        """The map a control message carries."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The map a control message carries (without ``fingerprint`` when empty)."""
+        wire = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.fingerprint:
+            del wire["fingerprint"]
+        return wire
 
     @classmethod
     def from_wire(cls, data: object) -> Self:

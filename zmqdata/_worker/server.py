@@ -27,6 +27,7 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskDef
 from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker.data import DataLoop, Runners
+from zmqdata._worker.pipelines import Pipelines
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import (
     FailedPreconditionError,
@@ -68,6 +69,7 @@ class _ControlLoop(PollLoop):
         self.config = config
         self._keys = keys
         self._data, self._runners = data, runners
+        self._pipelines = Pipelines()
         self._heartbeat_s = config.heartbeat_interval_ms / 1000
         self.tick_s = min(0.1, self._heartbeat_s)
         self.worker_id: int | None = None
@@ -215,6 +217,7 @@ class _ControlLoop(PollLoop):
             stats=worker_stats(self._data, self._runners, runners),
             draining=self._draining,
             leaving=leaving,
+            pipelines=self._pipelines.held(),
         )
         self._tracer.sent(self._request_id)  # its reply's clock: the trace's
         self._send(heartbeat)
@@ -294,10 +297,15 @@ class _ControlLoop(PollLoop):
                 continue
             if self._runners.get(task.task_id) is not None:
                 continue
+            pipeline = self._pipelines.resolve(task)
+            if pipeline is None:  # dropped since the heartbeat that said it was held
+                logger.debug("task %d waits for its pipeline", task.task_id)
+                continue
             over_tcp = self._data.endpoint.startswith("tcp://")
             level = ZSTD_LEVEL if task.compression == "AUTO" and over_tcp else None
             runner = TaskRunner(
                 task,
+                pipeline,
                 self.config.dispatcher_address,
                 level,
                 self.config.dispatcher_timeout_ms / 1000,

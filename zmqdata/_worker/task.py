@@ -19,7 +19,6 @@ from typing import Any
 
 import zmq
 
-from zmqdata._dataset import graph
 from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.iterator import (
     IgnoredErrors,
@@ -48,6 +47,7 @@ from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
 from zmqdata._worker.dealt import DealtBuffer
+from zmqdata._worker.pipelines import Pipeline
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -372,6 +372,7 @@ class TaskRunner:
     def __init__(
         self,
         task: TaskDef,
+        pipeline: Pipeline,
         dispatcher: str,
         compression_level: int | None,
         dispatcher_timeout_s: float,
@@ -402,6 +403,7 @@ class TaskRunner:
         self.share = TaskShare(shares, same_host)
         """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
+        self._pipeline = pipeline
         self._dispatcher = dispatcher
         self._keys = keys
         self.compression = TaskCompression(compression_level)
@@ -516,7 +518,7 @@ class TaskRunner:
         left = False
         try:
             task = self._task
-            root = graph.deserialize(task.pipeline)
+            root = self._pipeline.root()
             threads.limit_producer(self.thread_limit)
             ctx = IterContext()
             marks = Marks() if self.tracked and expands_below(root) else None
