@@ -391,7 +391,7 @@ def test_checkpoints_still_round_trip_with_lineage():
 
 # ---------------------------------------------------------------- any composition
 
-_LOSSY = {"filter", "take", "skip", "shard", "drop", "interleave"}
+_LOSSY = {"filter", "take", "skip", "shard", "drop", "interleave", "uinterleave"}
 
 
 def _op(draw: Any, depth: int) -> tuple[str, Any, int]:
@@ -436,6 +436,8 @@ def _op(draw: Any, depth: int) -> tuple[str, Any, int]:
         return name, lambda ds: ds.enumerate().map(lambda i, x: x), depth
     parallel = draw(st.sampled_from([None, 2]))
     deterministic = draw(st.sampled_from([None, False]))
+    if parallel and deterministic is False:
+        name = "uinterleave"  # its outputs come in any order
     return (
         name,
         lambda ds: ds.interleave(

@@ -76,6 +76,20 @@ class Marks:
             return None
         return Parent(tuple(lineage), ())
 
+    def rows(self, lineage: Lineage, size: int) -> list[Lineage] | None:
+        """The marks of a batch's ``size`` rows, if ``lineage`` holds one per row.
+
+        A batch joins its rows' lineages in row order: when each row was one
+        marked output (not a root), its ``unbatch`` gives each element its
+        own row's mark back, so a consumer acknowledges each one.
+        """
+        marks = [
+            lineage[i : i + 2] for i in range(0, len(lineage), 2) if lineage[i] < 0
+        ]
+        if len(marks) != size or any(-m[0] - 1 not in self._table for m in marks):
+            return None
+        return marks
+
     def delivered(self, parent: Parent, index: int) -> bool:
         """Whether a consumer acknowledged output ``index`` of ``parent`` (a lost task's)."""
         if not self.resume:

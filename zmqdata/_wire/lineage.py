@@ -63,6 +63,19 @@ def join(first: Lineage, second: Lineage) -> Lineage:
     return first + second
 
 
+def keys_only(lineage: Lineage) -> Lineage:
+    """``lineage`` without its marks (``_dataset/marks.py``: negative pairs).
+
+    >>> keys_only((0, 2, -4, -4, 5, 6))
+    (0, 2, 5, 6)
+    """
+    found: Lineage = EMPTY
+    for i in range(0, len(lineage), 2):
+        if lineage[i] >= 0:
+            found = join(found, lineage[i : i + 2])
+    return found
+
+
 def size(lineage: Sequence[int]) -> int:
     """How many keys a lineage (or ``Ranges``) covers.
 

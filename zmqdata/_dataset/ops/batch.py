@@ -15,7 +15,7 @@ from zmqdata._dataset.iterator import (
 )
 from zmqdata._dataset.marks import Marks, Parent
 from zmqdata._dataset.node import Node, Op, make_iterator
-from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.lineage import EMPTY, Lineage, join, keys_only
 
 
 class Batch(Op):
@@ -212,23 +212,33 @@ class _LineageUnbatchIterator(_UnbatchIterator):
         self._held: Lineage = EMPTY
         self._marks = marks
         self._parent: Parent | None = None
+        self._rows: list[Lineage] | None = None
+        """The batch's rows' own marks (``Marks.rows``), given back one each."""
 
     def _load(self, batch: Any) -> None:
         super()._load(batch)
-        self._held = join(self._held, self._input.lineage)
+        lineage = self._input.lineage
+        self._parent = self._rows = None
         if self._marks is not None:
-            self._parent = parent = self._marks.parent(self._input.lineage)
+            self._parent = parent = self._marks.parent(lineage)
+            if parent is None:
+                self._rows = self._marks.rows(lineage, self._size)
+            if self._rows is not None:
+                lineage = keys_only(lineage)
             while (
                 parent is not None
                 and self._index < self._size
                 and self._marks.delivered(parent, self._index)
             ):
                 self._index += 1
+        self._held = join(self._held, lineage)
 
     def __next__(self) -> Any:
         index = self._next_index()
         mark = EMPTY
-        if self._parent is not None:
+        if self._rows is not None:
+            mark = self._rows[index]
+        elif self._parent is not None:
             assert self._marks is not None
             mark = self._marks.output(self._parent, index)
         if self._index == self._size:
@@ -240,4 +250,4 @@ class _LineageUnbatchIterator(_UnbatchIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._held = EMPTY
-        self._parent = None
+        self._parent = self._rows = None
