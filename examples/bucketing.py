@@ -29,21 +29,25 @@ def sentences(seed: int = 0):
         yield rng.integers(1, 1000, size=int(rng.integers(1, 65)), dtype=np.int32)
 
 
-def bucket_by_length(stream, bucket_width: int = 16):
-    """Yields ``REPLICAS`` padded batches in a row from one length bucket.
+def pipeline() -> zd.Dataset:
+    """Batches of similar lengths, ``REPLICAS`` in a row from one length bucket.
 
-    Runs on the workers. A round is ``REPLICAS`` consecutive elements, so each
-    round's batches come from one bucket.
+    Runs on the workers. ``bucket_by_sequence_length`` pads each bucket's
+    ``BATCH * REPLICAS`` sequences to one length; ``unbatch().batch(BATCH)``
+    deals that out as ``REPLICAS`` consecutive batches. A round is
+    ``REPLICAS`` consecutive elements, so each round's batches come from one
+    bucket, padded alike.
     """
-    buckets: dict[int, list[np.ndarray]] = {}
-    for sequence in stream:
-        bucket = buckets.setdefault(len(sequence) // bucket_width, [])
-        bucket.append(sequence)
-        if len(bucket) == BATCH * REPLICAS:
-            width = max(len(s) for s in bucket)
-            padded = np.stack([np.pad(s, (0, width - len(s))) for s in bucket])
-            yield from np.split(padded, REPLICAS)
-            bucket.clear()
+    return (
+        zd.Dataset.from_generator(sentences)
+        .bucket_by_sequence_length(
+            len,
+            bucket_boundaries=[16, 32, 48],
+            bucket_batch_sizes=[BATCH * REPLICAS] * 4,
+        )
+        .unbatch()
+        .batch(BATCH)
+    )
 
 
 def main() -> None:
@@ -51,11 +55,10 @@ def main() -> None:
         service.DispatchServer() as dispatcher,
         service.WorkerServer(service.WorkerConfig(dispatcher.target)),
     ):
-        pipeline = zd.Dataset.from_generator(lambda: bucket_by_length(sentences()))
         widths: list[list[int]] = [[] for _ in range(REPLICAS)]
 
         def replica(index: int) -> None:
-            ds = pipeline.apply(
+            ds = pipeline().apply(
                 service.distribute(
                     "parallel_epochs",
                     dispatcher.target,

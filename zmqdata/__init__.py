@@ -19,6 +19,7 @@ from zmqdata._dataset.constants import (
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.node import Op
 from zmqdata._dataset.ops import OPS
+from zmqdata._dataset.ops.pack import packing_efficiency
 from zmqdata._dataset.structure import TensorSpec
 from zmqdata._version import __version__
 
@@ -34,6 +35,7 @@ __all__ = [
     "__version__",
     "errors",
     "io",
+    "packing_efficiency",
     "service",
 ]
 

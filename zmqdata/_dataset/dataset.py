@@ -22,6 +22,7 @@ from zmqdata._dataset import fs, structure
 from zmqdata._dataset.constants import AUTOTUNE, SHARD_HINT
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Constant, Node, make_iterator
+from zmqdata._dataset.ops import mix
 from zmqdata._dataset.ops.source import SourceRef
 from zmqdata._dataset.validate import (
     check_callable,
@@ -217,6 +218,54 @@ class Dataset:
             )
         return Dataset(Node("zip", {"keys": keys}, tuple(d._node for d in members)))
 
+    @staticmethod
+    def sample_from_datasets(
+        datasets: Sequence[Dataset],
+        weights: Sequence[float] | None = None,
+        seed: int | None = None,
+        stop_on_empty_dataset: bool = False,
+    ) -> Dataset:
+        """Elements drawn at random from ``datasets``, ``datasets[i]`` by ``weights[i]``.
+
+        ``weights`` (finite, >= 0, not all 0; None: uniform) are scaled to sum
+        to 1. A ``seed`` makes every pass draw the same choices; None draws
+        new ones each pass. Each dataset keeps its order. When one ends, the
+        mixture ends (``stop_on_empty_dataset=True``) or samples the others
+        with their weights renormalized, to the end of the last. Not
+        splittable: docs/modes.md, Mixtures.
+
+        >>> ds = Dataset.sample_from_datasets(
+        ...     [Dataset.range(3), Dataset.range(100, 103)], weights=[0.5, 0.5], seed=137)
+        >>> [int(x) for x in ds]
+        [100, 0, 1, 101, 2, 102]
+        """
+        nodes = _nodes_of(mix.SAMPLE, datasets)
+        return Dataset(mix.sample(nodes, weights, seed, stop_on_empty_dataset))
+
+    @staticmethod
+    def choose_from_datasets(
+        datasets: Sequence[Dataset],
+        choice_dataset: Dataset,
+        stop_on_empty_dataset: bool = True,
+    ) -> Dataset:
+        """For each index ``i`` ``choice_dataset`` yields, the next of ``datasets[i]``.
+
+        An index out of range raises ``InvalidArgumentError`` naming it. When
+        a chosen dataset has ended, the mixture ends
+        (``stop_on_empty_dataset=True``) or skips that choice.
+
+        >>> datasets = [Dataset.from_tensors(w).repeat() for w in ("foo", "bar", "baz")]
+        >>> list(Dataset.choose_from_datasets(datasets, Dataset.range(3).repeat(3)))
+        ['foo', 'bar', 'baz', 'foo', 'bar', 'baz', 'foo', 'bar', 'baz']
+        """
+        nodes = _nodes_of(mix.CHOOSE, datasets)
+        if not isinstance(choice_dataset, Dataset):
+            raise TypeError(
+                f"{mix.CHOOSE} choice_dataset must be a Dataset, "
+                f"got {_short(choice_dataset)}"
+            )
+        return Dataset(mix.choose(nodes, choice_dataset._node, stop_on_empty_dataset))
+
     # ------------------------------------------------------------ transformations
 
     def map(
@@ -294,6 +343,125 @@ class Dataset:
         [0, 1, 2, 3, 4]
         """
         return self._then("unbatch")
+
+    def padded_batch(
+        self,
+        batch_size: int,
+        padded_shapes: Any = None,
+        padding_values: Any = None,
+        drop_remainder: bool = False,
+    ) -> Dataset:
+        """Like ``batch``, but pads each component to one shape first (tf.data's).
+
+        ``padded_shapes`` nests like the elements; each component's shape is
+        an int ``n`` (``[n]``) or a list of sizes. A size of ``None`` or -1
+        pads to the batch's largest, a fixed size to exactly that (an element
+        larger raises ``InvalidArgumentError`` naming its size); no shape
+        (``None``) pads every dimension to the batch's largest.
+        ``padding_values`` is one scalar for every component or a structure
+        of them; the default is 0, ``""`` or ``b""``.
+
+        >>> ds = Dataset.range(1, 4).map(lambda x: np.full(x, x, np.int32))
+        >>> [b.tolist() for b in ds.padded_batch(2)]
+        [[[1, 0], [2, 2]], [[3, 3, 3]]]
+        >>> [b.tolist() for b in ds.padded_batch(2, padded_shapes=4, padding_values=-1)]
+        [[[1, -1, -1, -1], [2, 2, -1, -1]], [[3, 3, 3, -1]]]
+        """
+        from zmqdata._dataset.ops import padding
+
+        return Dataset(
+            padding.build(
+                self._node,
+                self.element_spec,
+                batch_size,
+                padded_shapes,
+                padding_values,
+                drop_remainder,
+            )
+        )
+
+    def bucket_by_sequence_length(
+        self,
+        element_length_func: Callable[..., Any],
+        bucket_boundaries: Sequence[int],
+        bucket_batch_sizes: Sequence[int],
+        padded_shapes: Any = None,
+        padding_values: Any = None,
+        pad_to_bucket_boundary: bool = False,
+        no_padding: bool = False,
+        drop_remainder: bool = False,
+    ) -> Dataset:
+        """Padded batches of elements of similar length (tf.data's).
+
+        ``element_length_func(element)`` (an int) puts an element in bucket
+        ``i``, the number of ``bucket_boundaries`` (strictly increasing) at
+        or below its length; a bucket goes out as a ``padded_batch`` once it
+        holds ``bucket_batch_sizes[i]`` elements (one size per bucket:
+        ``len(bucket_boundaries) + 1``), and at the end of the input the
+        partial buckets go out in bucket order (none with ``drop_remainder``).
+        ``pad_to_bucket_boundary`` pads the unknown sizes to the bucket's
+        boundary - 1 (an element of length >= the last boundary raises); where
+        the element spec is unknown (after a ``map``) that is axis 0 of each
+        component. ``no_padding`` batches with ``batch``. Resumes with its
+        partial buckets (``get_state``); docs/ops.md.
+
+        >>> ds = Dataset.from_generator(lambda: (np.arange(1, n + 1) for n in [1, 4, 3, 5]))
+        >>> ds = ds.bucket_by_sequence_length(len, [3], [2, 2])
+        >>> [b.tolist() for b in ds]
+        [[[1, 2, 3, 4], [1, 2, 3, 0]], [[1]], [[1, 2, 3, 4, 5]]]
+        """
+        from zmqdata._dataset.ops import bucket
+
+        return Dataset(
+            bucket.build(
+                self._node,
+                self.element_spec,
+                element_length_func,
+                bucket_boundaries,
+                bucket_batch_sizes,
+                padded_shapes,
+                padding_values,
+                pad_to_bucket_boundary,
+                no_padding,
+                drop_remainder,
+            )
+        )
+
+    def pack(
+        self, length: int, num_open_rows: int = 8, padding_values: Any = None
+    ) -> Dataset:
+        """Packs sequences into rows of ``length`` slots, first fit.
+
+        Elements are 1-D arrays (tokens) or dicts of equal-length 1-D arrays
+        (tokens and a loss mask…). Each goes into the first of at most
+        ``num_open_rows`` open rows with room for it (the fullest row goes out
+        to make room for a new one); a row goes out when full, the rest at the
+        end. A row is a dict of ``[length]`` arrays: the element's (a plain
+        array's under ``"tokens"``), padded with ``padding_values`` (a scalar,
+        or one per key; default 0), plus ``"segment_ids"`` (1, 2, … per
+        sequence, 0 for padding) and ``"positions"`` (from 0 in each
+        sequence). An element longer than ``length`` raises
+        ``InvalidArgumentError`` naming its length. ``.batch(b,
+        drop_remainder=True)`` makes ``[b, length]`` batches;
+        ``zd.packing_efficiency`` measures them. Resumes with its open rows
+        (``get_state``); docs/ops.md.
+
+        >>> ds = Dataset.from_generator(lambda: (np.arange(1, n + 1) for n in [3, 2, 4, 2]))
+        >>> rows = list(ds.pack(5))
+        >>> [row["tokens"].tolist() for row in rows]
+        [[1, 2, 3, 1, 2], [1, 2, 3, 4, 0], [1, 2, 0, 0, 0]]
+        >>> [row["segment_ids"].tolist() for row in rows]
+        [[1, 1, 1, 2, 2], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
+        >>> rows[0]["positions"].tolist()
+        [0, 1, 2, 0, 1]
+        """
+        from zmqdata._dataset.ops import pack
+
+        return Dataset(
+            pack.build(
+                self._node, self.element_spec, length, num_open_rows, padding_values
+            )
+        )
 
     def shuffle(
         self,
@@ -495,6 +663,20 @@ class Dataset:
 
 def _fold(node: Node, combine: Callable[[Node, list[Any]], Any]) -> Any:
     return combine(node, [_fold(child, combine) for child in node.inputs])
+
+
+def _nodes_of(what: str, datasets: Any) -> list[Node]:
+    """The nodes of a non-empty list of datasets; raises naming a bad one."""
+    if not isinstance(datasets, tuple | list):
+        raise TypeError(f"{what} takes a list of datasets, got {_short(datasets)}")
+    if not datasets:
+        raise ValueError(f"{what} needs at least one dataset, got {datasets!r}")
+    for index, dataset in enumerate(datasets):
+        if not isinstance(dataset, Dataset):
+            raise TypeError(
+                f"{what} datasets[{index}] must be a Dataset, got {_short(dataset)}"
+            )
+    return [dataset._node for dataset in datasets]
 
 
 def _parallelism(name: str, value: int | None) -> int | None:

@@ -20,7 +20,7 @@ can report their position with ``get_state()`` and jump back to it with
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
@@ -243,6 +243,57 @@ class UnaryIterator(DatasetIterator):
         self._input.close()
 
 
+class GroupingIterator(UnaryIterator):
+    """An op that holds input elements in groups and returns each group as one.
+
+    ``in_read_order`` (not None) tracks lineage: a group claims what its
+    elements stood for (``Reorder``, ``expands_below``). Subclasses read with
+    ``_read`` and return a group after ``_claim`` of its elements' numbers.
+    """
+
+    def __init__(self, source: DatasetIterator, in_read_order: bool | None) -> None:
+        super().__init__(source)
+        self._input_done = False
+        self._in_read_order = in_read_order
+        self._order = None if in_read_order is None else Reorder(in_read_order)
+
+    def _read(
+        self, measure: Callable[[Any], Any]
+    ) -> tuple[Any, Any, int | None] | None:
+        """The next input element, ``measure(element)`` and its number; None at the end.
+
+        The number is None without lineage. If ``measure`` raises, what the element stood for goes with the error
+        (so ``ignore_errors`` after the op claims it).
+        """
+        try:
+            element = next(self._input)
+        except StopIteration:
+            self._input_done = True
+            return None
+        order = self._order
+        number = None if order is None else order.enter(self._input.lineage)
+        try:
+            return element, measure(element), number
+        except Exception:
+            if order is not None and number is not None:
+                self.lineage = order.leave(number)
+            raise
+
+    def _claim(self, numbers: Iterable[int]) -> None:
+        """The group of elements ``numbers`` goes out now: it claims them."""
+        if self._order is not None:
+            self.lineage = self._order.leave_all(numbers)
+
+    def _restart_order(self) -> None:
+        """After ``set_state``: a fresh ``Reorder`` for the groups restored."""
+        if self._in_read_order is not None:
+            self._order = Reorder(self._in_read_order)
+
+    def _restored_number(self) -> int | None:
+        """A number for an element held in a restored group (claims nothing)."""
+        return None if self._order is None else self._order.enter(EMPTY)
+
+
 class Tap(UnaryIterator):
     """Reads through to its input; ``taken`` joins the lineages of what it read.
 
@@ -344,6 +395,21 @@ class Reorder:
         while self._low in self._left:
             released = join(released, self._left.pop(self._low))
             self._low += 1
+        return released
+
+    def leave_all(self, numbers: Iterable[int]) -> Lineage:
+        """What elements ``numbers``, returned now as one element, may claim.
+
+        For ops that hold elements in groups (a bucket's batch, a packed row).
+
+        >>> order = Reorder()
+        >>> a, b, c = order.enter((0, 1)), order.enter((1, 2)), order.enter((2, 3))
+        >>> order.leave_all([b, c]), order.leave_all([a])
+        ((), (0, 3))
+        """
+        released = EMPTY
+        for number in numbers:
+            released = join(released, self.leave(number))
         return released
 
 

@@ -12,9 +12,13 @@ from typing import Final
 
 from zmqdata._dataset.node import Op
 from zmqdata._dataset.ops.batch import Batch, Unbatch
+from zmqdata._dataset.ops.bucket import BucketBySequenceLength
 from zmqdata._dataset.ops.combine import Concatenate, Enumerate, Zip
 from zmqdata._dataset.ops.interleave import Interleave
 from zmqdata._dataset.ops.map import Filter, IgnoreErrors, Map
+from zmqdata._dataset.ops.mix import ChooseFromDatasets, SampleFromDatasets
+from zmqdata._dataset.ops.pack import Pack
+from zmqdata._dataset.ops.padding import PaddedBatch
 from zmqdata._dataset.ops.prefetch import Prefetch
 from zmqdata._dataset.ops.repeat import Repeat
 from zmqdata._dataset.ops.shuffle import Shuffle
@@ -77,6 +81,9 @@ OPS: Final = Registry(
         IgnoreErrors(),
         Batch(),
         Unbatch(),
+        PaddedBatch(),
+        BucketBySequenceLength(),
+        Pack(),
         Shuffle(),
         Repeat(),
         Take(),
@@ -85,6 +92,8 @@ OPS: Final = Registry(
         Interleave(),
         Concatenate(),
         Enumerate(),
+        SampleFromDatasets(),
+        ChooseFromDatasets(),
         Prefetch(),
     )
 )
