@@ -4,6 +4,13 @@ Imported only where ``import grain`` works (bench/peers.py checks first). The
 Dataset API of grain's docs: ``grain.MapDataset.source(files).map(fn)``, batched,
 ``to_iter_dataset()``, then ``mp_prefetch`` with ``num_workers`` worker
 processes (default buffers), iterated once per epoch.
+
+Packed text (``packed_loader``): the files' documents through a
+``FlatMapIterDataset``, tokenized, packed by grain's own
+``experimental.FirstFitPackIterDataset`` (8 bins, as many as the other systems'
+open rows; its other arguments left at their defaults), batched, then
+``mp_prefetch``. Its rows name their arrays ``tokens``,
+``tokens_segment_ids``, ``tokens_positions``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grain
+import numpy as np
+
+from bench.pipelines import (
+    PACK_OPEN_ROWS,
+    SEQUENCE,
+    TEXT_BATCH,
+    document_tokens,
+    file_documents,
+)
 
 
 def loader(
@@ -29,3 +45,33 @@ def loader(
     else:
         elements = files.batch(batch).to_iter_dataset()
     return elements.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+
+
+class FileDocuments(grain.experimental.FlatMapTransform):  # type: ignore[misc]
+    """A file's path -> its documents (``file_documents``)."""
+
+    max_fan_out = 1 << 16
+
+    def flat_map(self, element: str) -> np.ndarray[Any, Any]:
+        return file_documents(element)
+
+
+def token_features(text: str) -> dict[str, np.ndarray[Any, Any]]:
+    """A document's ``document_tokens``, as the feature grain's packer packs."""
+    return {"tokens": document_tokens(text)}
+
+
+def packed_loader(
+    paths: Sequence[str], workers: int, batch: int = TEXT_BATCH
+) -> grain.IterDataset:
+    """The files' documents, tokenized, packed first fit into rows of 512,
+    batched by ``batch``, in ``workers`` processes."""
+    files = grain.MapDataset.source(list(paths)).to_iter_dataset()
+    documents = grain.experimental.FlatMapIterDataset(files, FileDocuments())
+    sequences = documents.map(token_features)
+    packed = grain.experimental.FirstFitPackIterDataset(
+        sequences, length_struct={"tokens": SEQUENCE}, num_packing_bins=PACK_OPEN_ROWS
+    )
+    return packed.batch(batch).mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=workers)
+    )

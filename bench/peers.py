@@ -339,18 +339,19 @@ def _length(batch: Any) -> int:
     return len(batch)
 
 
-def _cpu_s() -> float:
+def cpu_s() -> float:
+    """CPU seconds of this process so far: every thread, user and system."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
 def epoch(read: Reader) -> tuple[int, float, float]:
     """One epoch: elements, wall seconds, trainer CPU seconds."""
-    cpu, start = _cpu_s(), time.perf_counter()
+    cpu, start = cpu_s(), time.perf_counter()
     count = 0
     for batch in read():
         count += _length(batch)
-    return count, time.perf_counter() - start, _cpu_s() - cpu
+    return count, time.perf_counter() - start, cpu_s() - cpu
 
 
 def run_system(

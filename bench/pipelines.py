@@ -11,6 +11,11 @@ work; worker processes import it by reference (``bench`` on ``PYTHONPATH``).
 * text: a file of documents, one a line -> a word-piece-like hashed tokenizer
   (``tokenize``) -> packed into 512-token int32 sequences
   (``text_sequences(path)``, the remainder of each file dropped), batch 32.
+* packed text (bench/packing.py): a file's documents (``file_documents``),
+  each tokenized with an ``EOS`` and trimmed to 512 tokens
+  (``document_tokens``), packed first fit into rows of 512 slots with segment
+  ids and positions (``first_fit_pack``: the algorithm of zmqdata's
+  ``Dataset.pack``, in plain numpy, as a torch user writes it), batch 32.
 
 The data is generated once, seeded, into a cache folder (``make_images``,
 ``make_corpus``); a folder that is complete is reused.
@@ -30,7 +35,7 @@ import io
 import os
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,10 @@ PAD, EOS, RESERVED = 0, 1, 2
 """Token ids: padding, end of document; hashed pieces take ids from RESERVED up."""
 PIECE = 6
 """Characters per word piece: a longer word becomes several pieces."""
+PACK_OPEN_ROWS = 8
+"""Rows a first-fit packer keeps open: ``Dataset.pack``'s default."""
+PACKED_KEYS = ("tokens", "segment_ids", "positions")
+"""The arrays of a packed row (``Dataset.pack``'s names)."""
 
 _COMPLETE = "complete"
 """The file written last into a cache folder: the data before it is whole."""
@@ -173,6 +182,84 @@ def text_sequences(path: str) -> np.ndarray[Any, np.dtype[np.int32]]:
         return pack(tokenize(line) for line in lines)
 
 
+def file_documents(path: str) -> np.ndarray[Any, np.dtype[np.str_]]:
+    """The documents of a corpus file (one a line), as a ``str`` array."""
+    with open(path, encoding="utf-8") as lines:
+        return np.array(lines.read().splitlines())
+
+
+def document_tokens(text: str) -> np.ndarray[Any, np.dtype[np.int32]]:
+    """A document's token ids and an ``EOS``, trimmed to ``SEQUENCE`` tokens
+    (packers take no sequence longer than a row: seqio's and grain's trim).
+
+    >>> document_tokens("a b").tolist() == [_piece_id("a"), _piece_id("b"), EOS]
+    True
+    >>> len(document_tokens("word " * 600))
+    512
+    """
+    return np.append(tokenize(text), np.int32(EOS))[:SEQUENCE]
+
+
+def packed_row(
+    sequences: list[np.ndarray[Any, Any]], length: int
+) -> dict[str, np.ndarray[Any, np.dtype[np.int32]]]:
+    """``sequences`` in one row of ``length`` slots: ``tokens`` (``PAD`` after
+    them), ``segment_ids`` (1, 2, ... per sequence, 0 for padding) and
+    ``positions`` (from 0 in each sequence, 0 for padding), int32."""
+    sizes = [len(sequence) for sequence in sequences]
+    used = sum(sizes)
+    row = {key: np.zeros(length, np.int32) for key in PACKED_KEYS}
+    row["tokens"][:used] = np.concatenate(sequences)
+    row["segment_ids"][:used] = np.repeat(np.arange(1, len(sizes) + 1), sizes)
+    row["positions"][:used] = np.concatenate([np.arange(size) for size in sizes])
+    return row
+
+
+def first_fit_pack(
+    sequences: Iterable[np.ndarray[Any, Any]],
+    length: int = SEQUENCE,
+    num_open_rows: int = PACK_OPEN_ROWS,
+) -> Iterator[dict[str, np.ndarray[Any, np.dtype[np.int32]]]]:
+    """Sequences packed first fit into rows of ``length`` slots (``packed_row``).
+
+    A sequence goes into the first open row with room for it, else into a new
+    row; when more than ``num_open_rows`` are open, the fullest of the others
+    goes out. A full row goes out at once, the open ones at the end, in the
+    order they opened; empty sequences are dropped. zmqdata's ``Dataset.pack``
+    does the same.
+
+    >>> rows = first_fit_pack((np.arange(1, n + 1) for n in [3, 2, 4, 2]), 5)
+    >>> [(row["tokens"].tolist(), row["segment_ids"].tolist()) for row in rows]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [([1, 2, 3, 1, 2], [1, 1, 1, 2, 2]), ([1, 2, 3, 4, 0], [1, 1, 1, 1, 0]),
+     ([1, 2, 0, 0, 0], [1, 1, 0, 0, 0])]
+    """
+    rows: list[list[np.ndarray[Any, Any]]] = []
+    used: list[int] = []
+    for sequence in sequences:
+        size = len(sequence)
+        if size > length:
+            raise ValueError(f"a sequence of {size} tokens is longer than {length}")
+        if size == 0:
+            continue
+        index = next((i for i, n in enumerate(used) if n + size <= length), None)
+        if index is None:
+            rows.append([])
+            used.append(0)
+            index = len(rows) - 1
+        rows[index].append(sequence)
+        used[index] += size
+        if used[index] == length:
+            used.pop(index)
+            yield packed_row(rows.pop(index), length)
+        elif len(rows) > num_open_rows:
+            fullest = max(range(len(rows) - 1), key=used.__getitem__)
+            used.pop(fullest)
+            yield packed_row(rows.pop(fullest), length)
+    for row in rows:
+        yield packed_row(row, length)
+
+
 def _vocabulary(rng: np.random.Generator, size: int) -> list[str]:
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
     lengths = np.clip(rng.poisson(5, size) + 1, 1, 14)
@@ -228,22 +315,29 @@ def make_corpus(
 # ------------------------------------------------------------------ batches
 
 
-def stack_batches(
-    elements: Iterable[np.ndarray[Any, Any]], size: int
-) -> Iterable[np.ndarray[Any, Any]]:
-    """Elements stacked ``size`` at a time (the last batch may be smaller).
+def stack_batches(elements: Iterable[Any], size: int) -> Iterable[Any]:
+    """Elements (arrays, or dicts of them) stacked ``size`` at a time (the last
+    batch may be smaller).
 
     >>> [b.shape for b in stack_batches((np.zeros(2) for _ in range(5)), 2)]
     [(2, 2), (2, 2), (1, 2)]
+    >>> [b["a"].shape for b in stack_batches([{"a": np.zeros(2)}] * 3, 2)]
+    [(2, 2), (1, 2)]
     """
-    batch: list[np.ndarray[Any, Any]] = []
+    batch: list[Any] = []
     for element in elements:
         batch.append(element)
         if len(batch) == size:
-            yield np.stack(batch)
+            yield _stack(batch)
             batch = []
     if batch:
-        yield np.stack(batch)
+        yield _stack(batch)
+
+
+def _stack(elements: list[Any]) -> Any:
+    if isinstance(elements[0], dict):
+        return {key: np.stack([e[key] for e in elements]) for key in elements[0]}
+    return np.stack(elements)
 
 
 def image_batch(

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import exactly_once, formats, hosts, multirank, peers, profiling
+from bench import exactly_once, formats, hosts, multirank, packing, peers, profiling
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -341,6 +341,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "memory": _memory,
     "images": lambda r: peers.rows("images", r),
     "text": lambda r: peers.rows("text", r),
+    "packing": packing.rows,
     "shm": _shm,
     "threads": _threads,
     "link": _link,
@@ -450,6 +451,7 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "sweep": ("Throughput against element size, one worker", _sweep_detail),
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
+    "packing": ("Text: packing against grain and torch", packing.details),
     "exactly_once": ("Exactly once on against off", exactly_once.details),
     "profiling": ("Per-op profiling on the workers, on against off", profiling.details),
     "multirank": (

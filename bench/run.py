@@ -7,8 +7,10 @@
 
 Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
 (bench/scaling.py), images and text against torch DataLoader, Ray Data and one
-local process (bench/peers.py), exactly_once (its cost: bench/exactly_once.py),
-profiling (what per-op profiling on the workers costs: bench/profiling.py),
+local process (bench/peers.py), packing (text packed first fit into rows of
+512 against grain's packer and torch DataLoader: bench/packing.py),
+exactly_once (its cost: bench/exactly_once.py), profiling (what per-op
+profiling on the workers costs: bench/profiling.py),
 multirank (dealt multi-rank reads against first come, first served, and
 save/merge/restore latency: bench/multirank.py), formats (Parquet and
 WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py),
@@ -50,6 +52,7 @@ from bench import (
     hosts,
     link,
     multirank,
+    packing,
     peers,
     plots,
     profiling,
@@ -66,6 +69,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     # in-process dispatcher starts (bench/common.py: Bench.target).
     "images": peers.images,
     "text": peers.text,
+    "packing": packing.packing,  # text packed first fit, against grain and torch
     "exactly_once": exactly_once.exactly_once,  # its images part counts CPU too
     "profiling": profiling.profiling,  # likewise; its own deployments, on and off
     "W1": workloads.w1_tiny_scalars,
