@@ -182,6 +182,33 @@ def _datasets(datasets: list[dict[str, Any]]) -> str:
     return table("DATASETS", ["ID", "FINGERPRINT", "COMPRESSION", ">PIPELINE"], rows)
 
 
+def _saves(saves: list[dict[str, Any]]) -> str:
+    """The saves (``distributed_save``): progress, ETA, or why one failed.
+
+    >>> print(_saves([{"save_id": "ab", "path": "/s", "dataset_id": "1",
+    ...     "state": "running", "chunks": 3, "splits": 4, "elements": 30,
+    ...     "bytes": 2048, "eta_s": 5.0, "error": ""}]))
+    SAVES
+    ID  PATH  DATASET  STATE    CHUNKS  ELEMENTS  BYTES    ETA
+    ab  /s    1        running  3/4           30  2.0 KiB  5.0s
+    """
+    rows = [
+        [
+            str(s.get("save_id")),
+            str(s.get("path")),
+            str(s.get("dataset_id")),
+            str(s.get("state")) + (f": {s['error']}" if s.get("error") else ""),
+            f"{s.get('chunks')}/{s.get('splits')}",
+            f"{s.get('elements', 0):,}",
+            human_bytes(s.get("bytes") or 0),
+            "-" if s.get("eta_s") is None else human_duration(s["eta_s"]),
+        ]
+        for s in saves
+    ]
+    header = ["ID", "PATH", "DATASET", "STATE", "CHUNKS", ">ELEMENTS", "BYTES", "ETA"]
+    return table("SAVES", header, rows)
+
+
 def summary(status: dict[str, Any], address: str) -> str:
     """The header line: where, which version, since when, how many of each."""
     workers, jobs = status.get("workers", []), status.get("jobs", [])
@@ -242,4 +269,6 @@ def render(status: dict[str, Any], address: str) -> str:
     sections.append(_workers(status.get("workers", [])))
     sections.append(_jobs(status.get("jobs", [])))
     sections.append(_datasets(status.get("datasets", [])))
+    if status.get("saves"):
+        sections.append(_saves(status["saves"]))
     return "\n\n".join(sections)

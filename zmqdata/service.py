@@ -20,6 +20,7 @@ from zmqdata._client.api import (
     register_dataset,
 )
 from zmqdata._client.position import merge_positions
+from zmqdata._client.saves import distributed_save
 from zmqdata._client.traces import share_traces, trace
 from zmqdata._config import DispatcherConfig, WorkerConfig
 from zmqdata._dataset.constants import SHARD_HINT
@@ -36,6 +37,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerServer",
     "distribute",
+    "distributed_save",
     "from_dataset_id",
     "get_status",
     "merge_positions",

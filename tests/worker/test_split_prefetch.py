@@ -81,6 +81,7 @@ def test_the_next_splits_are_asked_for_before_the_last_ones_run_out(dispatcher):
     try:
         while not dispatcher.answer():
             pass
+        producer.join(5)  # it ends once the end's answer is in
     finally:
         stop.set()
         producer.join(5)

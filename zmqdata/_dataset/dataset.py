@@ -179,6 +179,24 @@ class Dataset:
         return Dataset(webdataset.build(urls, decode))
 
     @staticmethod
+    def load(path: str) -> Dataset:
+        """The elements of a finished ``service.distributed_save`` at ``path``.
+
+        A local directory or an fsspec URL. Element spec and cardinality come
+        from the save's manifest (no data is read); splittable per element;
+        every chunk's checksum is checked as it is read (docs/formats.md). A
+        save not finished, or none, is refused naming the path:
+
+        >>> import tempfile
+        >>> Dataset.load(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        zmqdata.errors.NotFoundError: no finished save at ...
+        """
+        from zmqdata._dataset.ops import load
+
+        return Dataset(load.build(path))
+
+    @staticmethod
     def list_files(
         pattern: str | Sequence[str], shuffle: bool = True, seed: int | None = None
     ) -> Dataset:

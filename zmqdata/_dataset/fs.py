@@ -18,9 +18,14 @@ streaming: the first record is read without downloading the whole object.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
+import io
+import mmap
 import os
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 from zmqdata.errors import InvalidArgumentError, NotFoundError
@@ -135,3 +140,111 @@ def open_binary_for_writing(path: str) -> IO[bytes]:
     fs, _ = _filesystem(path)
     handle: IO[bytes] = fs.open(path, "wb")
     return handle
+
+
+def join(path: str, *names: str) -> str:
+    """``names`` under ``path``, a local directory or a URL (``file://`` dropped).
+
+    >>> join("s3://bucket/save/", "chunks", "a"), join("file:///tmp/save", "b")
+    ('s3://bucket/save/chunks/a', '/tmp/save/b')
+    """
+    if is_url(path):
+        return "/".join([path.rstrip("/"), *names])
+    return os.path.join(_local(path), *names)
+
+
+@contextlib.contextmanager
+def writing(path: str, exclusive: bool = False) -> Iterator[IO[bytes]]:
+    """A file to write ``path`` through: whole on a clean exit, else nothing.
+
+    A local file is written under a temporary name in its directory (created
+    if missing), synced, then renamed to ``path`` (``exclusive``: linked,
+    ``FileExistsError`` if ``path`` exists), its directory synced. An object
+    (an fsspec URL) is buffered in memory and written by one put, which object
+    stores make atomic (``exclusive`` checks first there, not atomically). On
+    an error in the block (or while committing) the temporary file is removed
+    and the error propagates as it is (``OSError``, fsspec's own).
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "sub" / "a.bin"
+    >>> with writing(str(target)) as out:
+    ...     _ = out.write(b"data")
+    >>> target.read_bytes(), [p.name for p in target.parent.iterdir()]
+    (b'data', ['a.bin'])
+    """
+    if is_url(path):
+        fs, _ = _filesystem(path)
+        buffer = io.BytesIO()
+        yield buffer
+        if exclusive and fs.exists(path):
+            raise FileExistsError(errno.EEXIST, "exists", path)
+        fs.pipe_file(path, buffer.getvalue())
+        return
+    path = _local(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "xb") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        if exclusive:
+            os.link(temporary, path)
+        else:
+            os.replace(temporary, path)
+        _sync_folder(folder)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+
+
+def _sync_folder(folder: str) -> None:
+    """Makes a rename in ``folder`` durable (a no-op where folders cannot sync)."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def remove(path: str) -> None:
+    """Removes the file or object at ``path``; nothing if there is none."""
+    if not is_url(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_local(path))
+        return
+    fs, _ = _filesystem(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(path)
+
+
+@contextlib.contextmanager
+def mapped(path: str) -> Iterator[Any]:
+    """The bytes of the file at ``path``, whole; ``NotFoundError`` if absent.
+
+    A local file is memory-mapped (no copy), an object read. Only for files nobody changes in place while they are mapped (a file
+    truncated under a mapping faults the process); a file replaced by a rename
+    is safe.
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.bin"
+    >>> _ = target.write_bytes(b"data")
+    >>> with mapped(str(target)) as data:
+    ...     bytes(data[1:3]), len(data)
+    (b'at', 4)
+    """
+    if is_url(path):
+        with open_binary(path) as remote:
+            yield remote.read()
+        return
+    with open_binary(path) as file:
+        size = os.fstat(file.fileno()).st_size
+        view = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    try:
+        yield view
+    finally:
+        if isinstance(view, mmap.mmap):
+            with contextlib.suppress(BufferError):  # views left: freed with them
+                view.close()

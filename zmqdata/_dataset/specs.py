@@ -26,7 +26,8 @@ from zmqdata.errors import InvalidArgumentError
 _PYTHON_TYPES = {t.__name__: t for t in (*structure.PYTHON_SCALARS, type(None))}
 
 
-def _leaf_text(spec: TensorSpec) -> str:
+def leaf_text(spec: TensorSpec) -> str:
+    """One leaf's text: ``"<f4|?,3"`` (dtype ``|`` shape, ``?`` unknown)."""
     dtype = (
         f"py:{spec.dtype.__name__}" if isinstance(spec.dtype, type) else spec.dtype.str
     )
@@ -34,7 +35,8 @@ def _leaf_text(spec: TensorSpec) -> str:
     return f"{dtype}|{shape}"
 
 
-def _leaf_spec(text: Any) -> TensorSpec:
+def leaf_spec(text: Any) -> TensorSpec:
+    """The leaf spec ``leaf_text`` gave ``text`` for; ``InvalidArgumentError`` if bad."""
     if not isinstance(text, str) or "|" not in text:
         raise InvalidArgumentError(f"malformed element spec leaf {text!r}")
     # The last "|": numpy writes "|" as the byte order of e.g. "|b1" and "|u1".
@@ -56,7 +58,7 @@ def encode_spec(spec: Any) -> bytes:
     """Bytes for a nested spec; ``b""`` for an unknown (None) spec."""
     if spec is None:
         return b""
-    parts = frames.encode([structure.map_leaves(_leaf_text, spec)])
+    parts = frames.encode([structure.map_leaves(leaf_text, spec)])
     if len(parts) != 1:  # strings travel inline, so only a huge spec gets here
         raise InvalidArgumentError(f"element spec too large to encode: {spec!r:.200}")
     return bytes(memoryview(parts[0]).cast("B"))
@@ -70,4 +72,4 @@ def decode_spec(data: bytes) -> Any:
     elements, _ = frames.decode([data], limits)
     if len(elements) != 1:
         raise InvalidArgumentError(f"element spec holds {len(elements)} values, not 1")
-    return structure.map_leaves(_leaf_spec, elements[0])
+    return structure.map_leaves(leaf_spec, elements[0])

@@ -27,7 +27,7 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskInfo
 from zmqdata.errors import PermissionDeniedError
 
-WORKER_REQUESTS = (m.RegisterWorker, m.WorkerHeartbeat, m.GetSplit)
+WORKER_REQUESTS = (m.RegisterWorker, m.WorkerHeartbeat, m.GetSplit, m.GetSaveSplit)
 CLIENT_OWNED = (m.ClientHeartbeat, m.ReleaseIterationClient, m.TraceSpans)
 """A worker's ``TraceSpans`` (``worker_id`` set) needs a worker key instead."""
 

@@ -25,12 +25,19 @@ from typing import Any
 from zmqdata._config import DispatcherConfig, check_pipeline_size
 from zmqdata._dataset import graph
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dispatcher import dealing, model
+from zmqdata._dispatcher import dealing, model, saving
 from zmqdata._dispatcher import events as ev
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+
+MAX_PATH_CHARS = 4096
+"""The longest save path a request may name."""
+MAX_CHUNKS_REPORTED = 64
+"""The most chunks one ``GetSaveSplit`` may report."""
+MAX_ERROR_CHARS = 4096
+"""The longest error a worker may report."""
 
 
 def _check_endpoint(name: str, endpoint: str) -> None:
@@ -76,6 +83,45 @@ def _worker_heartbeat(msg: m.WorkerHeartbeat, config: DispatcherConfig) -> None:
         raise InvalidArgumentError(
             f"worker_heartbeat.pipelines: expected at most {m.MAX_PIPELINES_HELD} "
             f"fingerprints, got {msg.pipelines!r:.200}"
+        )
+
+
+def _start_save(msg: m.StartSave, config: DispatcherConfig) -> None:
+    if not msg.path or len(msg.path) > MAX_PATH_CHARS:
+        raise InvalidArgumentError(
+            f"start_save.path: expected 1 to {MAX_PATH_CHARS} characters, "
+            f"got {msg.path!r:.200}"
+        )
+    if msg.compression not in (None, "zstd"):
+        raise InvalidArgumentError(
+            f"start_save.compression: expected None or 'zstd', got {msg.compression!r:.50}"
+        )
+
+
+def _is_chunk(entry: Any) -> bool:
+    """``[ordinal, name, elements, bytes, crc32]``, a name without a folder."""
+    return (
+        isinstance(entry, list)
+        and len(entry) == 5
+        and all(type(v) is int and v >= 0 for v in (entry[0], *entry[2:]))
+        and entry[4] < 2**32
+        and isinstance(entry[1], str)
+        and 0 < len(entry[1]) <= saving.MAX_CHUNK_NAME
+        and entry[1].replace(".", "").replace("-", "").replace("_", "").isalnum()
+    )
+
+
+def _get_save_split(msg: m.GetSaveSplit, config: DispatcherConfig) -> None:
+    if len(msg.chunks) > MAX_CHUNKS_REPORTED or not all(map(_is_chunk, msg.chunks)):
+        raise InvalidArgumentError(
+            "get_save_split.chunks: expected at most "
+            f"{MAX_CHUNKS_REPORTED} [ordinal, name, elements, bytes, crc32], "
+            f"got {msg.chunks!r:.200}"
+        )
+    if len(msg.failed) > MAX_ERROR_CHARS:
+        raise InvalidArgumentError(
+            f"get_save_split.failed: at most {MAX_ERROR_CHARS} characters, "
+            f"got {len(msg.failed)}"
         )
 
 
@@ -191,6 +237,8 @@ def _get_or_create_iteration(
 REQUEST_CHECKS: dict[type[m.Message], Callable[[Any, DispatcherConfig], None]] = {
     m.RegisterWorker: _register_worker,
     m.WorkerHeartbeat: _worker_heartbeat,
+    m.StartSave: _start_save,
+    m.GetSaveSplit: _get_save_split,
     m.GetOrRegisterDataset: _get_or_register_dataset,
     m.ClientHeartbeat: _client_heartbeat,
     m.ReleaseIterationClient: _release_iteration_client,

@@ -34,7 +34,7 @@ from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import InvalidArgumentError
 
 _WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
-_WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
+WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
 """Ops that count elements across the whole dataset: run per split, they
 would act on each split instead."""
 SPLIT_SIZE = (1, 4096)
@@ -67,7 +67,7 @@ def check_pipeline(root: Node) -> None:
 
 def _refusal(node: Node) -> str | None:
     args = node.args
-    if node.op in _WHOLE_DATASET_OPS:
+    if node.op in WHOLE_DATASET_OPS:
         return (
             f"{node.op} before distribute counts elements over the whole dataset, "
             "but workers run the pipeline one split at a time: put it after "
@@ -125,16 +125,17 @@ class _Ranges(Splits):
         return [lo, min(lo + self.size, self._length())]
 
 
-def splits_of(dataset: model.Dataset) -> Splits:
+def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = SPLIT_SIZE) -> Splits:
     """A dealt job's splits: index ranges sized so that batches fill up.
 
-    A multiple of ``whole_batch``: ``list_files`` splits then hold several
-    files each, where other reads take one file per split.
+    About ``SPLITS_PER_PASS`` of them, each of ``bounds`` source elements, a
+    multiple of ``whole_batch``: ``list_files`` splits then hold several files
+    each, where other reads take one file per split.
     """
     source = dataset.split_source
     assert source is not None
     length = source.definition.cardinality(source, [])
-    size = max(SPLIT_SIZE[0], min(SPLIT_SIZE[1], length // SPLITS_PER_PASS))
+    size = max(bounds[0], min(bounds[1], length // SPLITS_PER_PASS))
     batch = dataset.whole_batch or 1
     return _Ranges(source, max(1, -(-size // batch)) * batch)
 

@@ -256,6 +256,37 @@ class HorizonExtended:
     horizon: int
 
 
+@dataclass(frozen=True, slots=True)
+class SaveStarted:
+    save_id: str
+    path: str
+    dataset_id: str
+    compression: str | None
+    num_splits: int
+    started: float
+    """Wall-clock time (``time.time()``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSaved:
+    """A worker committed split ``ordinal`` of a save as one chunk."""
+
+    save_id: str
+    ordinal: int
+    name: str
+    elements: int
+    nbytes: int
+    crc32: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveEnded:
+    """The save is over: finished (its manifest written), or failed (``error``)."""
+
+    save_id: str
+    error: str
+
+
 Event = (
     WorkerRegistered
     | WorkerRemoved
@@ -281,4 +312,7 @@ Event = (
     | IterationCollected
     | ScheduleChanged
     | HorizonExtended
+    | SaveStarted
+    | ChunkSaved
+    | SaveEnded
 )

@@ -211,3 +211,21 @@ class Client:
     last_seen: float
     owner: str = ""
     """CurveZMQ: the public key that acquired it (``ClientAcquired.owner``)."""
+
+
+@dataclass
+class Save:
+    """A ``distributed_save``: its dataset's splits written as chunks under ``path``."""
+
+    save_id: str
+    path: str
+    dataset_id: str
+    compression: str | None
+    num_splits: int
+    started: float
+    """Wall-clock time it started (``time.time()``: its ETA in the status)."""
+    chunks: dict[int, list[Any]] = field(default_factory=dict)
+    """Split ordinal -> ``[name, elements, bytes, crc32]`` of its chunk, committed."""
+    ended: bool = False
+    error: str = ""
+    """Why it failed ("" while running, and once finished)."""

@@ -82,6 +82,8 @@ class ClusterRecords:
         """Client id -> the collected iteration it had read (job GC)."""
         self.created_by: dict[bytes, int] = {}
         """Request idempotency key -> the job or client id that request created."""
+        self.saves: dict[str, model.Save] = {}
+        """Save id -> the save (``distributed_save``)."""
         self.next_id = 1
         self._appliers: dict[type[Any], Callable[[Any], None]] = {
             ev.WorkerRegistered: self._worker_registered,
@@ -108,6 +110,9 @@ class ClusterRecords:
             ev.IterationCollected: self._iteration_collected,
             ev.ScheduleChanged: self._schedule_changed,
             ev.HorizonExtended: self._horizon_extended,
+            ev.SaveStarted: self._save_started,
+            ev.ChunkSaved: self._chunk_saved,
+            ev.SaveEnded: self._save_ended,
         }
 
     def apply(self, event: ev.Event) -> None:
@@ -346,6 +351,19 @@ class ClusterRecords:
     def _horizon_extended(self, e: ev.HorizonExtended) -> None:
         iteration = self.iterations[e.iteration_id]
         iteration.horizon = max(iteration.horizon, e.horizon)
+
+    def _save_started(self, e: ev.SaveStarted) -> None:
+        self.saves[e.save_id] = model.Save(
+            e.save_id, e.path, e.dataset_id, e.compression, e.num_splits, e.started
+        )
+
+    def _chunk_saved(self, e: ev.ChunkSaved) -> None:
+        chunk = [e.name, e.elements, e.nbytes, e.crc32]
+        self.saves[e.save_id].chunks.setdefault(e.ordinal, chunk)
+
+    def _save_ended(self, e: ev.SaveEnded) -> None:
+        save = self.saves[e.save_id]
+        save.ended, save.error = True, e.error
 
     @staticmethod
     def _schedule(iteration: model.Iteration, start: int, task_ids: list[int]) -> None:

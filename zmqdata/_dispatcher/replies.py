@@ -14,7 +14,7 @@ from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC
-from zmqdata._wire.tasks import TaskDef, TaskInfo
+from zmqdata._wire.tasks import SaveDef, TaskDef, TaskInfo
 
 
 def task_def(
@@ -84,6 +84,26 @@ def task_changes(
             if task_id not in reported and not task.finished
         ],
         tasks_to_delete=sorted(reported - assigned.keys()),
+        saves=[
+            save_def(records, save, held).to_wire()
+            for save in records.saves.values()
+            if not save.ended
+        ],
+    )
+
+
+def save_def(
+    records: ClusterRecords, save: model.Save, held: Collection[str] = ()
+) -> SaveDef:
+    """What a worker needs to write chunks of ``save`` (heartbeat replies)."""
+    dataset = records.datasets[save.dataset_id]
+    return SaveDef(
+        save_id=save.save_id,
+        dataset_id=dataset.dataset_id,
+        pipeline=b"" if dataset.fingerprint in held else dataset.pipeline,
+        fingerprint=dataset.fingerprint,
+        path=save.path,
+        compression=save.compression,
     )
 
 

@@ -56,6 +56,10 @@ def dump(records: ClusterRecords) -> bytes:
         "named_jobs": [[*key, job_id] for key, job_id in records.named_jobs.items()],
         "collected_clients": records.collected_clients,
         "created_by": list(records.created_by.items()),
+        "saves": [
+            {**_row(s, "chunks"), "chunks": [[o, *c] for o, c in s.chunks.items()]}
+            for s in records.saves.values()
+        ],
         "next_id": records.next_id,
     }
     data: bytes = msgpack.packb(body)
@@ -83,6 +87,9 @@ def load(records: ClusterRecords, data: bytes) -> None:
     records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
     records.collected_clients = dict(body["collected_clients"])
     records.created_by = dict(body.get("created_by", []))
+    for row in body.get("saves", []):
+        chunks = {chunk[0]: list(chunk[1:]) for chunk in row.pop("chunks")}
+        records.saves[row["save_id"]] = model.Save(**row, chunks=chunks)
     records.next_id = body["next_id"]
 
 

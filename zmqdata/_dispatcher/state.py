@@ -35,11 +35,12 @@ import dataclasses
 import logging
 import random
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from zmqdata._config import DispatcherConfig
-from zmqdata._dataset import graph
+from zmqdata._dataset import graph, snapshot
 from zmqdata._dispatcher import (
     autoscale,
     checks,
@@ -49,6 +50,7 @@ from zmqdata._dispatcher import (
     readers,
     replies,
     samples,
+    saving,
     status,
     traces,
 )
@@ -139,6 +141,8 @@ class DispatcherState:
         self.ignored_errors: dict[int, dict[int, tuple[int, str]]] = {}
         """Job id -> task id -> errors its ``ignore_errors`` skipped, and the last
         (the task whose count changed last is last)."""
+        self.save_runs = saving.SaveRuns()
+        """Which worker writes which split of each running save (liveness)."""
         self.deal_positions: dict[int, dict[int, list[int]]] = {}
         """Multi-rank reads, liveness: iteration id -> consumer index -> the
         ``[ordinal, index]`` of the first element it has not received."""
@@ -161,6 +165,8 @@ class DispatcherState:
             m.StartTrace: self._start_trace,
             m.GetTrace: self._get_trace,
             m.TraceSpans: self._trace_spans,
+            m.StartSave: self._start_save,
+            m.GetSaveSplit: self._get_save_split,
         }
 
     def apply(self, event: ev.Event) -> None:
@@ -179,6 +185,7 @@ class DispatcherState:
             worker = self.records.workers.get(event.worker_id)
             self.worker_samples.pop(event.worker_id, None)
             self.held_pipelines.pop(event.worker_id, None)
+            self.save_runs.worker_lost(event.worker_id)
             self.draining.discard(event.worker_id)
             if worker is not None:
                 self._left_seen[("worker", event.worker_id)] = worker.last_seen
@@ -1059,6 +1066,117 @@ class DispatcherState:
 
     def _registered(self, request_id: int, worker: model.Worker) -> m.Message:
         return replies.registered(self.records, self.config, request_id, worker)
+
+    # ------------------------------------------------------------ saves
+
+    def _start_save(self, peer: bytes, msg: m.StartSave, now: float) -> list[Outgoing]:
+        """Starts a ``distributed_save`` (or finds the one of this dataset and path).
+
+        Claims the path first (``snapshot.begin``: refused if it holds another
+        save or cannot be written), then journals the save.
+        """
+        dataset = self._dataset(msg.dataset_id)
+        for save in self.records.saves.values():
+            if save.path != msg.path:
+                continue
+            if save.dataset_id == msg.dataset_id and not save.error:
+                reply = m.StartSaveReply(
+                    request_id=msg.request_id, save_id=save.save_id
+                )
+                return [(peer, reply)]
+            failed = f", which failed: {save.error}" if save.error else ""
+            raise FailedPreconditionError(
+                f"{msg.path!r} holds save {save.save_id} of dataset "
+                f"{save.dataset_id}{failed}; save to another path"
+            )
+        saving.check_savable(dataset)
+        save_id = uuid.uuid4().hex[:16]
+        snapshot.begin(msg.path, save_id)
+        num_splits = saving.splits_of(dataset).count()
+        self.apply(
+            ev.SaveStarted(
+                save_id,
+                msg.path,
+                msg.dataset_id,
+                msg.compression,
+                num_splits,
+                time.time(),
+            )
+        )
+        logger.info(
+            "save %s of dataset %s to %s: %d splits",
+            save_id,
+            msg.dataset_id,
+            msg.path,
+            num_splits,
+        )
+        self._finish_if_complete(self.records.saves[save_id])
+        return [(peer, m.StartSaveReply(request_id=msg.request_id, save_id=save_id))]
+
+    def _get_save_split(
+        self, peer: bytes, msg: m.GetSaveSplit, now: float
+    ) -> list[Outgoing]:
+        """Takes a worker's chunks written, and hands it the next split to write."""
+        worker = self.records.workers.get(msg.worker_id)
+        if worker is None:  # a save runner asks on a socket of its own
+            raise NotFoundError(
+                f"worker {msg.worker_id} is not registered; register again"
+            )
+        save = self.records.saves.get(msg.save_id)
+        done: list[Outgoing] = [
+            (peer, m.GetSaveSplitReply(request_id=msg.request_id, done=True))
+        ]
+        if save is None or save.ended:
+            return done
+        for ordinal, name, elements, nbytes, crc32 in msg.chunks:
+            if ordinal < save.num_splits and ordinal not in save.chunks:
+                self.apply(
+                    ev.ChunkSaved(save.save_id, ordinal, name, elements, nbytes, crc32)
+                )
+            self.save_runs.committed(save.save_id, ordinal)
+        if msg.failed:
+            self._end_save(save, f"worker {worker.worker_address}: {msg.failed}")
+            return done
+        if self._finish_if_complete(save):
+            return done
+        ordinal = self.save_runs.next_split(save, worker.worker_id)
+        if ordinal is None:  # others write the rest
+            return [(peer, m.GetSaveSplitReply(request_id=msg.request_id))]
+        splits = saving.splits_of(self.records.datasets[save.dataset_id])
+        lo, hi = splits.at(ordinal)[:2]
+        reply = m.GetSaveSplitReply(request_id=msg.request_id, split=[ordinal, lo, hi])
+        return [(peer, reply)]
+
+    def _finish_if_complete(self, save: model.Save) -> bool:
+        """Writes the manifest once every split has its chunk; whether it ended."""
+        if len(save.chunks) < save.num_splits:
+            return False
+        chunks = [
+            {"name": c[0], "elements": c[1], "bytes": c[2], "crc32": c[3]}
+            for _, c in sorted(save.chunks.items())
+        ]
+        try:
+            snapshot.write_manifest(
+                save.path,
+                element_spec=self.records.datasets[save.dataset_id].element_spec,
+                chunks=chunks,
+                compression=save.compression,
+                cardinality=sum(c["elements"] for c in chunks),
+                dataset_id=save.dataset_id,
+            )
+        except (OSError, ZmqDataError) as error:
+            self._end_save(save, f"its manifest could not be written: {error}")
+            return True
+        self._end_save(save, "")
+        return True
+
+    def _end_save(self, save: model.Save, error: str) -> None:
+        self.apply(ev.SaveEnded(save.save_id, error))
+        self.save_runs.forget(save.save_id)
+        if error:
+            logger.warning("save %s to %s failed: %s", save.save_id, save.path, error)
+        else:
+            logger.info("save %s to %s finished", save.save_id, save.path)
 
     # ------------------------------------------------------------ status
 

@@ -6,14 +6,15 @@ source whose splits cannot be counted) leaves a field out rather than fail.
 >>> from zmqdata._dispatcher.records import ClusterRecords
 >>> shown = render(ClusterRecords(), {}, now=12.5, started=10.0)
 >>> sorted(shown)  # doctest: +NORMALIZE_WHITESPACE
-['datasets', 'jobs', 'records', 'uptime_s', 'version', 'worker_timeout_s',
- 'workers']
+['datasets', 'jobs', 'records', 'saves', 'uptime_s', 'version',
+ 'worker_timeout_s', 'workers']
 >>> shown["records"]["clients"], shown["uptime_s"]
 (0, 2.5)
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,7 @@ def render(
             )
             for w in records.workers.values()
         ],
+        "saves": [_save(s) for s in records.saves.values()],
         "datasets": [
             {
                 "dataset_id": d.dataset_id,
@@ -335,4 +337,26 @@ def _job(
         "eta_s": None if finished else _eta_s(splits, served),
         "errors_ignored": sum(count for count, _ in ignored.values()),
         "last_error_ignored": [*ignored.values()][-1][1] if ignored else None,
+    }
+
+
+def _save(save: model.Save) -> dict[str, Any]:
+    """A save's progress; a running one's ETA from its rate so far (wall clock)."""
+    done = len(save.chunks)
+    state = "running" if not save.ended else "failed" if save.error else "finished"
+    elapsed = max(0.0, time.time() - save.started)
+    eta = None
+    if state == "running" and done:
+        eta = elapsed / done * (save.num_splits - done)
+    return {
+        "save_id": save.save_id,
+        "path": save.path,
+        "dataset_id": save.dataset_id,
+        "state": state,
+        "chunks": done,
+        "splits": save.num_splits,
+        "elements": sum(c[1] for c in save.chunks.values()),
+        "bytes": sum(c[2] for c in save.chunks.values()),
+        "eta_s": eta,
+        "error": save.error,
     }

@@ -49,6 +49,11 @@ ADDED_IN: dict[str, int] = {
     "client_heartbeat.consumed": 6,
     "client_heartbeat.consumer_index": 6,
     "worker_heartbeat.pipelines": 6,
+    "worker_heartbeat_reply.saves": 6,
+    "start_save": 6,
+    "start_save_reply": 6,
+    "get_save_split": 6,
+    "get_save_split_reply": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
@@ -141,6 +146,9 @@ class WorkerHeartbeatReply(Message):
     trace: list[int] = field(default_factory=list)
     """A trace window is open: ``[trace_id, until_ns, now_ns]``, the
     dispatcher's clock (``_runtime/spans.py``); empty otherwise."""
+    saves: list[dict[str, Any]] = field(default_factory=list)
+    """The saves running (``tasks.SaveDef`` maps): the worker writes chunks
+    of each (``_worker/saver.py``) until one is no longer listed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -494,6 +502,58 @@ class Elements(Message):
     """Multi-rank reads: ``[ordinal, count, ...]`` of other splits the task ended."""
 
 
+# ------------------------------------------------------------------ saves
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartSave(Message):
+    """``distributed_save``: write dataset ``dataset_id``'s elements under ``path``.
+
+    Idempotent: asking again for the same dataset and path finds the save.
+    """
+
+    TYPE: ClassVar[str] = "start_save"
+    dataset_id: str
+    path: str
+    compression: str | None = None
+    """``"zstd"`` or None: how chunks are written."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartSaveReply(Message):
+    TYPE: ClassVar[str] = "start_save_reply"
+    save_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetSaveSplit(Message):
+    """A worker asks for the next split of a save, with the chunks it wrote.
+
+    ``chunks``: ``[ordinal, name, elements, bytes, crc32]`` of each chunk
+    written since its last request (committed on disk); ``failed``: why the
+    worker could not write one (the save fails with it).
+    """
+
+    TYPE: ClassVar[str] = "get_save_split"
+    worker_id: int
+    save_id: str
+    chunks: list[list[Any]] = field(default_factory=list)
+    failed: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetSaveSplitReply(Message):
+    """The next split of a save to write, if any.
+
+    ``split``: ``[ordinal, lo, hi]``, to write as one chunk; empty: none now
+    (ask again), or none ever again with ``done`` (the save ended).
+    """
+
+    TYPE: ClassVar[str] = "get_save_split_reply"
+    split: list[int] = field(default_factory=list)
+    done: bool = False
+
+
 MESSAGES: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (
@@ -525,6 +585,10 @@ MESSAGES: dict[str, type[Message]] = {
         TraceSpans,
         GetElements,
         Elements,
+        StartSave,
+        StartSaveReply,
+        GetSaveSplit,
+        GetSaveSplitReply,
     )
 }
 

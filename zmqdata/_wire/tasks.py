@@ -80,6 +80,34 @@ expected bool, got int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SaveDef:
+    """A save a worker writes chunks of (``distributed_save``).
+
+    >>> save = SaveDef(save_id="s", dataset_id="d", pipeline=b"p", path="/x")
+    >>> SaveDef.from_wire(save.to_wire()) == save
+    True
+    """
+
+    save_id: str
+    dataset_id: str
+    pipeline: bytes
+    """As ``TaskDef.pipeline``: empty where the worker holds ``fingerprint``."""
+    path: str
+    """Where chunks go: ``path/chunks/`` (``_dataset/snapshot.py``)."""
+    compression: str | None = None
+    fingerprint: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The map a heartbeat reply carries."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls, data: object) -> Self:
+        """Parses a peer's map; raises ``InvalidArgumentError`` if malformed."""
+        return _parse(cls, "save definition", data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskInfo:
     """Where a consumer reads a task: its worker's endpoints.
 
@@ -155,4 +183,6 @@ def _schema(cls: type[Any]) -> _Schema:
     )
 
 
-_SCHEMAS: dict[type[Any], _Schema] = {cls: _schema(cls) for cls in (TaskDef, TaskInfo)}
+_SCHEMAS: dict[type[Any], _Schema] = {
+    cls: _schema(cls) for cls in (TaskDef, SaveDef, TaskInfo)
+}

@@ -38,7 +38,7 @@ from collections import OrderedDict
 from zmqdata._dataset import graph
 from zmqdata._dataset.node import Node
 from zmqdata._wire.messages import MAX_PIPELINES_HELD
-from zmqdata._wire.tasks import TaskDef
+from zmqdata._wire.tasks import SaveDef, TaskDef
 
 CAPACITY_BYTES = 256 * 2**20
 """Serialized pipelines a worker keeps by default: four of the largest a
@@ -74,7 +74,7 @@ class Pipelines:
         self.capacity_bytes = capacity_bytes
         self._held: OrderedDict[str, Pipeline] = OrderedDict()
 
-    def resolve(self, task: TaskDef) -> Pipeline | None:
+    def resolve(self, task: TaskDef | SaveDef) -> Pipeline | None:
         """``task``'s pipeline, or None if it carries none and none is held.
 
         The one held under its fingerprint (decoded already, maybe), else the

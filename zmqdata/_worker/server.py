@@ -24,10 +24,11 @@ from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
-from zmqdata._wire.tasks import TaskDef
+from zmqdata._wire.tasks import SaveDef, TaskDef
 from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker.data import DataLoop, Runners
 from zmqdata._worker.pipelines import Pipelines
+from zmqdata._worker.saver import SaveRunner
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import (
     FailedPreconditionError,
@@ -54,7 +55,7 @@ class _ControlLoop(PollLoop):
 
     Registers (again after the dispatcher forgets it), heartbeats with task
     states and stats, starts the tasks the replies and ``ProcessTask`` pushes
-    name, and warns while the dispatcher cannot be reached, saying why. It
+    name, runs the saves the replies list (``saver.py``), and warns while the dispatcher cannot be reached, saying why. It
     speaks the dispatcher's protocol version if that is the older one.
     """
 
@@ -70,6 +71,8 @@ class _ControlLoop(PollLoop):
         self._keys = keys
         self._data, self._runners = data, runners
         self._pipelines = Pipelines()
+        self._saves: dict[str, SaveRunner] = {}
+        """The saves this worker writes chunks of, by id."""
         self._heartbeat_s = config.heartbeat_interval_ms / 1000
         self.tick_s = min(0.1, self._heartbeat_s)
         self.worker_id: int | None = None
@@ -184,6 +187,7 @@ class _ControlLoop(PollLoop):
             self._start_tasks(message.new_tasks)
             for task_id in message.tasks_to_delete:
                 self._delete_task(task_id)
+            self._run_saves(message.saves)
         elif isinstance(message, m.ProcessTask):
             self._start_tasks(message.tasks)
         elif isinstance(message, m.Error) and message.code == "NOT_FOUND":
@@ -257,6 +261,7 @@ class _ControlLoop(PollLoop):
             logger.info("worker %s draining", self.worker_address)
             for runner in self._runners.snapshot():
                 runner.drain()
+            self._stop_saves()
             self._next_send = now  # tell the dispatcher now
         settled = all(r.settled for r in self._runners.snapshot())
         if (settled or self.leave_now.is_set()) and self._leave_request is None:
@@ -326,11 +331,60 @@ class _ControlLoop(PollLoop):
             runner.stop()
             logger.debug("task %d deleted", task_id)
 
+    def _run_saves(self, saves: list[dict[str, Any]]) -> None:
+        """Runs a ``SaveRunner`` per save listed; stops those no longer listed.
+
+        A runner started under a worker id this worker no longer has (it
+        registered again) starts anew; a draining worker starts none.
+        """
+        listed: dict[str, SaveDef] = {}
+        for wire in saves:
+            try:
+                save = SaveDef.from_wire(wire)
+            except InvalidArgumentError as error:
+                logger.warning("bad save from the dispatcher: %s", error)
+                continue
+            listed[save.save_id] = save
+        self._stop_saves(
+            [
+                save_id
+                for save_id, runner in self._saves.items()
+                if save_id not in listed or runner.worker_id != self.worker_id
+            ]
+        )
+        if self._draining or self.worker_id is None:
+            return
+        for save in listed.values():
+            if save.save_id in self._saves:
+                continue
+            pipeline = self._pipelines.resolve(save)
+            if pipeline is None:  # dropped since the heartbeat that said it was held
+                logger.debug("save %s waits for its pipeline", save.save_id)
+                continue
+            runner = SaveRunner(
+                save,
+                pipeline,
+                self.worker_id,
+                self.config.dispatcher_address,
+                self.config.dispatcher_timeout_ms / 1000,
+                self._keys,
+            )
+            runner.thread_limit = self.config.threads
+            self._saves[save.save_id] = runner
+            runner.start()
+            logger.debug("save %s started", save.save_id)
+
+    def _stop_saves(self, save_ids: list[str] | None = None) -> None:
+        """Stops the runners of ``save_ids`` (None: all)."""
+        for save_id in list(self._saves) if save_ids is None else save_ids:
+            self._saves.pop(save_id).stop()
+
     def teardown(self) -> None:
         auth.close_monitor(self._dealer, self._monitor)
         for runner in self._runners.snapshot():
             self._runners.pop(runner.task_id)
             runner.stop()
+        self._stop_saves()
 
 
 def worker_stats(

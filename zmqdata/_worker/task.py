@@ -17,8 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import zmq
-
 from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.iterator import (
     IgnoredErrors,
@@ -32,8 +30,7 @@ from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._runtime import auth, shm, threads
-from zmqdata._runtime.clock import Backoff, Deadline, attempts
-from zmqdata._runtime.loop import context
+from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._runtime.spans import IDLE, Tracer
 from zmqdata._wire import messages as m
@@ -41,13 +38,13 @@ from zmqdata._wire.lineage import EMPTY, Lineage, key
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata._wire.progress import Mark, keep_latest_packed
 from zmqdata._wire.tasks import TaskDef
-from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.compression import TaskCompression
 from zmqdata._worker.dealt import DealtBuffer
 from zmqdata._worker.pipelines import Pipeline
+from zmqdata._worker.requests import DispatcherRequests
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code, to_code
@@ -57,7 +54,6 @@ logger = logging.getLogger("zmqdata.worker")
 INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 1024
 BUFFER_BYTES = 64 * 2**20
-_POLL_MS = 100
 EMPTY_BACKOFF_MAX_S = 0.5
 ASK_AGAIN_MAX_S = 0.05
 """A split reply with nothing and no end (keys of a lost task wait for their
@@ -65,7 +61,7 @@ fence; a resumed read's splits already done were passed over) is asked again
 after at most this long."""
 
 
-class RemoteSplitProvider(SplitProvider):
+class RemoteSplitProvider(DispatcherRequests, SplitProvider):
     """Asks the dispatcher for the splits of one iteration, one repetition at a time.
 
     Cheap splits are asked for several at a time (``SplitBatch`` sizes the
@@ -94,6 +90,7 @@ class RemoteSplitProvider(SplitProvider):
     """
 
     shared = True
+    asked_for = "split"
     profile: profiling.Profile | None = None
     """Its task's per-op statistics (set by the task)."""
     tracer: Tracer = IDLE
@@ -112,7 +109,8 @@ class RemoteSplitProvider(SplitProvider):
         dealt: bool = False,
         marks: Marks | None = None,
     ) -> None:
-        self._dispatcher, self._iteration_id = dispatcher, iteration_id
+        super().__init__(dispatcher, stop, timeout_s, keys)
+        self._iteration_id = iteration_id
         self._marks = marks
         self._dealt = dealt
         self._counts: list[int] = []
@@ -121,13 +119,8 @@ class RemoteSplitProvider(SplitProvider):
         self._draining = threading.Event() if draining is None else draining
         self._handed = handed
         self._task_id = task_id
-        self._keys = keys
-        self._stop, self._timeout_s = stop, timeout_s
         self._repetition = 0
         self._request_id = 0
-        self._sock: zmq.Socket[Any] | None = None
-        self._version = PeerVersion()
-        """The protocol version the dispatcher speaks (an older one if it says so)."""
         self._splits: deque[Split] = deque()
         self._batch = SplitBatch()
         self._fetched = 0
@@ -140,14 +133,6 @@ class RemoteSplitProvider(SplitProvider):
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
-
-    def _socket(self) -> zmq.Socket[Any]:
-        if self._sock is None:
-            self._sock = context().socket(zmq.DEALER)
-            self._sock.setsockopt(zmq.LINGER, 0)
-            auth.secure_client(self._sock, self._keys)
-            self._sock.connect(self._dispatcher)
-        return self._sock
 
     def next_split(self) -> Split | None:
         """The next split; a draining worker asks for none (``Cancelled``).
@@ -292,42 +277,6 @@ class RemoteSplitProvider(SplitProvider):
         self.released = max(self.released, reply.released)
         return reply
 
-    def _answer(self, request: m.GetSplit, data: bytes) -> m.Message | None:
-        """The answer to ``request`` in ``data``.
-
-        None for a stale answer, or a refusal (``request`` is then sent again
-        at the dispatcher's version).
-        """
-        reply, version = m.decode_versioned(data)
-        again = self._version.received(reply, version, time.monotonic())
-        if again:
-            self._send(request)
-        elif again is None and reply.request_id == request.request_id:
-            return reply
-        return None
-
-    def _call(self, request: m.GetSplit, sent: bool = False) -> m.Message:
-        """The answer to ``request`` (``sent``: it went out already, ahead)."""
-        # Every worker asks again after a dispatcher restart: jittered delays.
-        backoff = Backoff(0.1, 2.0, minimum_s=0.5)
-        for wait in attempts(Deadline(self._timeout_s), backoff):
-            sock = self._socket()
-            if not sent:
-                self._send(request)
-            sent = False
-            while not wait.expired():
-                if self._stop.is_set():
-                    raise Cancelled
-                if sock.poll(_POLL_MS):
-                    reply = self._answer(request, sock.recv())
-                    if reply is not None:
-                        return reply
-            self._drop_socket()  # drop a request the dispatcher may never answer
-        raise UnavailableError(f"no split from dispatcher {self._dispatcher} in time")
-
-    def _send(self, request: m.GetSplit) -> None:
-        self._socket().send(self._version.encode(request, time.monotonic()))
-
     def reset(self) -> None:
         if self._draining.is_set():
             raise Cancelled
@@ -352,11 +301,6 @@ class RemoteSplitProvider(SplitProvider):
                 if reply.splits:
                     self._take(reply)
         self._drop_socket()
-
-    def _drop_socket(self) -> None:
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
 
 
 class TaskRunner:

@@ -117,9 +117,16 @@ def _webdataset() -> Op:
     return WebDataset()
 
 
+def _load() -> Op:
+    from zmqdata._dataset.ops.load import Load
+
+    return Load()
+
+
 # The file readers load on first use (pyarrow only where Parquet is read).
 OPS.register("tfrecord", _tfrecord)
 OPS.register("parquet", _parquet)
 OPS.register("webdataset", _webdataset)
+OPS.register("load", _load)
 
 __all__ = ["OPS", "Registry", "SplittableSource"]

@@ -32,6 +32,13 @@ from zmqdata._wire.lineage import EMPTY
 from zmqdata.errors import InvalidArgumentError
 
 
+class UnreadableFileError(InvalidArgumentError):
+    """A file that fails as a whole (e.g. its checksum), not one record.
+
+    The rest of its split is lost with it (``ignore_errors`` skips it all).
+    """
+
+
 class RecordSource(SplittableSource):
     """A source of records stored in files, numbered across the files."""
 
@@ -124,6 +131,9 @@ class RecordIterator(SplitIterator):
                 f"than the {counted} counted when the dataset was built (was it "
                 "changed?)"
             ) from None
+        except UnreadableFileError:
+            self._step_past(index, end)
+            raise
         except InvalidArgumentError:  # a bad record: the next one may be fine
             self._step_past(index, index + 1)
             raise
