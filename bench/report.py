@@ -11,7 +11,16 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import exactly_once, formats, hosts, multirank, packing, peers, profiling
+from bench import (
+    exactly_once,
+    formats,
+    hosts,
+    multirank,
+    packing,
+    peers,
+    profiling,
+    snapshots,
+)
 from bench.anchors import (
     MEMORY_CONSTANT_MIB,
     MIB,
@@ -352,6 +361,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "profiling": profiling.rows,
     "multirank": multirank.rows,
     "formats": formats.rows,
+    "snapshots": snapshots.rows,
 }
 
 
@@ -459,6 +469,10 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
         multirank.details,
     ),
     "formats": ("Reading Parquet and WebDataset shards", formats.details),
+    "snapshots": (
+        "Preprocess once: load against recompute and numpy.load",
+        snapshots.details,
+    ),
     "hosts": ("Throughput against worker hosts (network namespaces)", hosts.details),
 }
 

@@ -14,6 +14,8 @@ profiling on the workers costs: bench/profiling.py),
 multirank (dealt multi-rank reads against first come, first served, and
 save/merge/restore latency: bench/multirank.py), formats (Parquet and
 WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py),
+snapshots (the images saved once with distributed_save, then Dataset.load
+against recomputing and against numpy.load: bench/snapshots.py),
 hosts (throughput against 1-4 worker hosts over tc-limited links, network
 namespaces, root: bench/hosts.py).
 Each figure is the median of ``--repeats`` runs after a warm-up, next to
@@ -59,6 +61,7 @@ from bench import (
     report,
     scaling,
     shm,
+    snapshots,
     threads,
     workloads,
 )
@@ -90,6 +93,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "journal": control.journal,
     "multirank": multirank.multirank,  # its own 2-worker cluster, rank processes
     "formats": formats.formats,  # its own 1- and 2-worker clusters, Ray
+    "snapshots": snapshots.snapshots,  # its own deployment: saves, load, numpy.load
 }
 DEFAULT_OUT = Path(ROOT, "bench", "results", "latest.json")
 DOCS_IMG = Path(ROOT, "docs", "img")

@@ -40,3 +40,31 @@ def scrape(address: str) -> dict[str, float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def run_tiny_bench(module: str, folder: str, timeout: float = 50.0) -> Any:
+    """``tests.<module>.run_tiny(folder, out)`` in a fresh Python; what it wrote to ``out``.
+
+    Bench smoke tests run their section in a subprocess (its workers, its
+    imports) and read the result back as JSON.
+    """
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bench.common import ROOT, subprocess_env
+
+    out = Path(folder) / "result.json"
+    code = f"from tests import {module} as t; t.run_tiny({folder!r}, {str(out)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import doctest
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +16,8 @@ import pytest
 
 import zmqdata as zd
 from bench import packing, peers, pipelines
-from bench.common import QUICK, ROOT, Bench, Stat, subprocess_env
+from bench.common import QUICK, Bench, Stat
+from tests.helpers import run_tiny_bench
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,22 +91,7 @@ def run_tiny(folder: str, out: str) -> None:
 
 
 def test_every_system_reads_a_packing_of_a_tiny_corpus(tmp_path):
-    out = tmp_path / "result.json"
-    code = (
-        "from tests import test_bench_packing as t;"
-        f" t.run_tiny({str(tmp_path)!r}, {str(out)!r})"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_tiny_bench("test_bench_packing", str(tmp_path))
     assert result["documents"] == 24
     assert result["tokens"] > 24
     systems = result["systems"]

@@ -129,9 +129,13 @@ class Cluster:
         config.write_text(
             "dispatcher:\n  worker_timeout_ms: 500\n  client_timeout_ms: 5000\n"
         )
-        self.dispatcher = start_dispatcher(
-            stack, port, str(tmp_path / "journal"), "--config", str(config)
+        self._dispatcher_args = (
+            port,
+            str(tmp_path / "journal"),
+            "--config",
+            str(config),
         )
+        self.dispatcher = start_dispatcher(stack, *self._dispatcher_args)
         self.workers = [start_worker(stack, self.target) for _ in range(WORKERS)]
         self.settled()
 
@@ -143,6 +147,11 @@ class Cluster:
         victim = self.workers.pop(rng.randrange(len(self.workers)))
         assert victim.stop(signal.SIGKILL) == -signal.SIGKILL
         self.workers.append(start_worker(self.stack, self.target))
+
+    def restart_dispatcher(self) -> None:
+        """Kills the dispatcher with SIGKILL; a new one starts on its port and journal."""
+        assert self.dispatcher.stop(signal.SIGKILL) == -signal.SIGKILL
+        self.dispatcher = start_dispatcher(self.stack, *self._dispatcher_args)
 
     def trainer(self, spec: dict[str, Any]) -> Proc:
         proc: Proc = self.stack.enter_context(

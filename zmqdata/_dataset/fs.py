@@ -33,6 +33,10 @@ from zmqdata.errors import InvalidArgumentError, NotFoundError
 _GLOB_CHARS = "*?["
 
 
+TEMPORARY = ".tmp"
+"""How the names of ``writing``'s temporary files end (they start with ".")."""
+
+
 def is_url(path: str) -> bool:
     """Whether ``path`` names a file system other than the local one."""
     return "://" in path and not path.startswith("file://")
@@ -183,7 +187,7 @@ def writing(path: str, exclusive: bool = False) -> Iterator[IO[bytes]]:
     path = _local(path)
     folder, name = os.path.split(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}{TEMPORARY}")
     try:
         with open(temporary, "xb") as out:
             yield out
@@ -207,6 +211,20 @@ def _sync_folder(folder: str) -> None:
             os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def remove_temporaries(folder: str) -> None:
+    """Removes what ``writing`` left in local ``folder`` when its writer died.
+
+    Object stores hold no temporaries (one put per object): nothing to do.
+    """
+    if is_url(folder):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(_local(folder)):
+            if name.startswith(".") and name.endswith(TEMPORARY):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(_local(folder), name))
 
 
 def remove(path: str) -> None:

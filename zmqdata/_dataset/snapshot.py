@@ -61,7 +61,14 @@ TUPLE = "__tuple__"
 ZSTD_LEVEL = 3
 MAX_ELEMENT_BYTES = 2**32 - 1
 """The largest element (encoded): what a reader's msgpack buffer holds."""
-_READ_SIZE = 1 << 20
+_READ_SIZE = 16 << 20
+"""What a zstd chunk's reader decompresses at a time."""
+_RAW_READ_MAX = 256 << 20
+"""A raw chunk up to this size is handed to msgpack in one read (one copy)."""
+_VERIFIED: dict[tuple[str, int, int], None] = {}
+"""Chunks whose CRC-32 this process checked (by name, size and CRC): a chunk
+read again (the next epoch) is not checksummed again. Oldest dropped first."""
+_VERIFIED_KEPT = 100_000
 _INT_RANGE = (-(2**63), 2**64)
 
 
@@ -370,9 +377,10 @@ def read_chunk(
     """The elements of chunk ``info`` of the save at ``path``, from ``first`` on.
 
     The chunk is mapped (a local file) or read whole (an object), and its
-    size and CRC-32 checked before any element comes out: a truncated or
-    corrupt chunk raises ``CorruptChunkError`` (an ``InvalidArgumentError``)
-    naming it, a missing one ``NotFoundError``.
+    size and CRC-32 checked before any element comes out (the CRC the first
+    time this process reads the chunk): a truncated or corrupt chunk raises
+    ``CorruptChunkError`` (an ``InvalidArgumentError``) naming it, a missing
+    one ``NotFoundError``.
     """
     info = _check_chunk(info, path)
     name = info["name"]
@@ -390,18 +398,25 @@ def _elements(
             f"{where} is {len(data)} bytes, not the {info['bytes']} its manifest "
             "lists (truncated or changed)"
         )
-    if zlib.crc32(data) != info["crc32"]:
-        raise CorruptChunkError(
-            f"{where} is corrupt: its CRC-32 does not match its manifest's"
-        )
+    checked = (where, info["bytes"], info["crc32"])
+    if checked not in _VERIFIED:
+        if zlib.crc32(data) != info["crc32"]:
+            raise CorruptChunkError(
+                f"{where} is corrupt: its CRC-32 does not match its manifest's"
+            )
+        _VERIFIED[checked] = None
+        while len(_VERIFIED) > _VERIFIED_KEPT:
+            del _VERIFIED[next(iter(_VERIFIED))]
     stream: Any = data if isinstance(data, mmap.mmap) else io.BytesIO(data)
+    read_size = min(max(len(data), 1), _RAW_READ_MAX)
     if _check_compression(compression) == "zstd":
         stream = zstandard.ZstdDecompressor().stream_reader(
             stream, read_across_frames=True
         )
+        read_size = _READ_SIZE
     unpacker = msgpack.Unpacker(
         stream,
-        read_size=_READ_SIZE,
+        read_size=read_size,
         object_hook=decode_map,
         max_buffer_size=0,  # 4 GiB: MAX_ELEMENT_BYTES
     )
@@ -585,6 +600,8 @@ def write_manifest(
         raise _io_error(where, error) from error
     with contextlib.suppress(Exception):  # the manifest says it all
         fs.remove(fs.join(path, SAVING))
+    with contextlib.suppress(Exception):  # what killed workers left
+        fs.remove_temporaries(fs.join(path, CHUNKS))
 
 
 def read_manifest(path: str) -> dict[str, Any]:
