@@ -6,8 +6,8 @@ The process tests run the real thing: a ``zmqdata dispatcher`` and two
 ``zmqdata.torch.IterableDataset`` (which fills in ``num_consumers`` /
 ``consumer_index``) and ``all_reduce`` every step. Each rank writes its
 stream, one line per step, to a file; the parent compares the files. The
-ranks of a run are forked by one ``python -c`` process (``launch_main``), so
-torch is imported once per run, not once per rank.
+ranks of a run are forked by one ``python -c`` process (``tests/ranks.py``),
+so torch is imported once per run, not once per rank.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import traceback
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +29,7 @@ import pytest
 import zmqdata as zd
 from tests.cli.procs import Proc, zmqdata
 from tests.helpers import poll_for
+from tests.ranks import Ranks as ForkedRanks
 from tests.service.cluster import Cluster, free_port
 from zmqdata import service
 from zmqdata._dataset import saved
@@ -75,47 +72,6 @@ def pipeline(target: str, job_name: str, seed: int | None = SEED) -> zd.Dataset:
 
 
 # ------------------------------------------------------------ the rank program
-
-
-def launch_main() -> None:
-    """Forks the ranks of a run: ``python -c '...; launch_main()' CONFIG``.
-
-    One interpreter imports torch and zmqdata, then forks ``world_size``
-    ranks (``rank_main``), each logging to ``rank{r}.log``: four imports of
-    torch cost seconds of CPU on a small machine. Exits 0 when every rank
-    did; kills the others as soon as one fails (no rank waits on a dead
-    peer's ``all_reduce``).
-    """
-    config = json.loads(sys.argv[1])
-    out = Path(config["out"])
-    children: dict[int, int] = {}
-    for rank in range(config["world_size"]):
-        pid = os.fork()
-        if pid == 0:  # the rank: no thread runs yet (nothing started one)
-            code = 1
-            try:
-                log = os.open(out / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT, 0o644)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-                rank_main({**config, "rank": rank})
-                code = 0
-            except BaseException:  # the log and the exit code tell
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        children[pid] = rank
-    failed = False
-    while children:
-        pid, status = os.wait()
-        del children[pid]
-        if os.waitstatus_to_exitcode(status) != 0 and not failed:
-            failed = True
-            for other in children:
-                with suppress(ProcessLookupError):
-                    os.kill(other, signal.SIGKILL)
-    sys.exit(1 if failed else 0)
 
 
 def rank_main(config: dict[str, Any]) -> None:
@@ -178,73 +134,14 @@ def rank_main(config: dict[str, Any]) -> None:
 # ------------------------------------------------------------ the parent side
 
 
-class Ranks:
-    """The ``world_size`` ranks of one run (``launch_main``), always cleaned up."""
+class Ranks(ForkedRanks):
+    """The ``world_size`` ranks of one run (``rank_main``), always cleaned up."""
 
     def __init__(self, out: Path, world_size: int, **config: Any) -> None:
-        self.out = out
-        self.world_size = world_size
-        out.mkdir(parents=True)
-        env = {
-            **os.environ,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "OMP_NUM_THREADS": "1",
-        }
-        code = "from tests.test_torch_ddp import launch_main; launch_main()"
-        args = {**config, "world_size": world_size, "out": str(out)}
-        with open(out / "launcher.log", "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, json.dumps(args)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its group: the ranks, killed together
-            )
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        entry = "tests.test_torch_ddp:rank_main"
+        super().__init__(out, world_size, entry, env, **config)
         RUNNING.append(self)
-
-    def logs(self) -> str:
-        paths = [self.out / "launcher.log"]
-        paths += [self.out / f"rank{r}.log" for r in range(self.world_size)]
-        return "\n".join(
-            f"--- {path.name}:\n" + path.read_text(errors="replace")[-3000:]
-            for path in paths
-            if path.exists()
-        )
-
-    def wait(self, timeout: float = RANK_TIMEOUT_S) -> None:
-        """Waits for every rank to exit 0 (fails, with their output, otherwise)."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            pytest.fail(f"ranks still running after {timeout} s:\n{self.logs()}")
-        if code != 0:
-            pytest.fail(f"a rank failed (exit {code}):\n{self.logs()}")
-
-    def wait_for_files(self, pattern: str, timeout: float = RANK_TIMEOUT_S) -> None:
-        """Waits until every rank wrote ``pattern.format(rank=r)`` (no rank exited)."""
-
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                pytest.fail(f"the ranks exited early:\n{self.logs()}")
-            names = (pattern.format(rank=r) for r in range(self.world_size))
-            return all((self.out / name).exists() for name in names)
-
-        try:
-            poll_for(ready, timeout=timeout, interval=0.05)
-        except BaseException:
-            self.kill()
-            raise
-
-    def kill(self) -> None:
-        """SIGKILL to the launcher and every rank (one process group)."""
-        if self.proc.poll() is not None:
-            return  # exited: it had waited for its ranks
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
 
     def streams(self) -> list[list[tuple[int, list[int]]]]:
         """Each rank's ``(step, batch)`` lines."""

@@ -51,10 +51,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from zmqdata._dataset.constants import INFINITE_CARDINALITY
+from zmqdata._adapters import takes_consumers as _takes_consumers
+from zmqdata._adapters import uses_service as _uses_service
+from zmqdata._adapters import with_consumers as _with_consumers
 from zmqdata._dataset.dataset import Dataset
-from zmqdata._dataset.node import Node
-from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import InvalidArgumentError
 
 _MISSING = "zmqdata.torch needs PyTorch: pip install zmqdata[torch]"
@@ -115,53 +115,6 @@ def _convert(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _convert(v) for k, v in value.items()}
     return value
-
-
-def _uses_service(node: Node) -> bool:
-    """Whether the pipeline reads from the service (an op ``data_service`` in it)."""
-    return any(n.op == "data_service" for n in node.walk())
-
-
-def _takes_consumers(node: Node) -> bool:
-    """Whether ``node`` is a service read the adapter makes a multi-rank read.
-
-    A finite ``distributed_epoch`` read of a named job that names no
-    ``num_consumers``, no cross-trainer cache and not
-    ``target_workers="LOCAL"`` (which a multi-rank read refuses): the read
-    whose consumers would otherwise split the elements first come first
-    served.
-    """
-    args = node.args
-    return (
-        node.op == "data_service"
-        and args.get("processing_mode") == int(ShardingPolicy.DYNAMIC)
-        and args.get("job_name") is not None
-        and args.get("num_consumers") is None
-        and args.get("trainer_id") is None
-        and args.get("target_workers") != "LOCAL"
-        and args.get("cardinality") != INFINITE_CARDINALITY
-    )
-
-
-def _with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
-    """``node`` with ``num_consumers``/``consumer_index`` set on its open reads.
-
-    Only the nodes from the root down to such a read are rebuilt (fresh nodes,
-    so the caller's dataset is left as it was); the rest is shared.
-    """
-    inputs = tuple(
-        _with_consumers(child, num_consumers, consumer_index) for child in node.inputs
-    )
-    if _takes_consumers(node):
-        args = {
-            **node.args,
-            "num_consumers": num_consumers,
-            "consumer_index": consumer_index,
-        }
-        return Node(node.op, args, inputs)
-    if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
-        return node
-    return Node(node.op, node.args, inputs)
 
 
 def _start_at_epoch(dataset: Dataset, epoch: int) -> None:

@@ -1,0 +1,58 @@
+"""What the framework adapters (``zmqdata.torch``, ``zmqdata.jax``) share.
+
+Finding a pipeline's service reads and making the open ones multi-rank reads:
+each rank (or process) a consumer of the job, dealt its share in turn.
+"""
+
+from __future__ import annotations
+
+from zmqdata._dataset.constants import INFINITE_CARDINALITY
+from zmqdata._dataset.node import Node
+from zmqdata._wire.modes import ShardingPolicy
+
+
+def uses_service(node: Node) -> bool:
+    """Whether the pipeline reads from the service (an op ``data_service`` in it)."""
+    return any(n.op == "data_service" for n in node.walk())
+
+
+def takes_consumers(node: Node) -> bool:
+    """Whether ``node`` is a service read an adapter makes a multi-rank read.
+
+    A finite ``distributed_epoch`` read of a named job that names no
+    ``num_consumers``, no cross-trainer cache and not
+    ``target_workers="LOCAL"`` (which a multi-rank read refuses): the read
+    whose consumers would otherwise split the elements first come first
+    served.
+    """
+    args = node.args
+    return (
+        node.op == "data_service"
+        and args.get("processing_mode") == int(ShardingPolicy.DYNAMIC)
+        and args.get("job_name") is not None
+        and args.get("num_consumers") is None
+        and args.get("trainer_id") is None
+        and args.get("target_workers") != "LOCAL"
+        and args.get("cardinality") != INFINITE_CARDINALITY
+    )
+
+
+def with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
+    """``node`` with ``num_consumers``/``consumer_index`` set on its open reads.
+
+    Only the nodes from the root down to such a read are rebuilt (fresh nodes,
+    so the caller's dataset is left as it was); the rest is shared.
+    """
+    inputs = tuple(
+        with_consumers(child, num_consumers, consumer_index) for child in node.inputs
+    )
+    if takes_consumers(node):
+        args = {
+            **node.args,
+            "num_consumers": num_consumers,
+            "consumer_index": consumer_index,
+        }
+        return Node(node.op, args, inputs)
+    if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
+        return node
+    return Node(node.op, node.args, inputs)
