@@ -68,3 +68,18 @@ def run_tiny_bench(module: str, folder: str, timeout: float = 50.0) -> Any:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+def run_python(code: str, timeout: float = 60.0) -> Any:
+    """``code`` (dedented) run by a fresh Python; its ``CompletedProcess``."""
+    import subprocess
+    import sys
+    import textwrap
+
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

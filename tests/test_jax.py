@@ -18,7 +18,6 @@ import random
 import re
 import subprocess
 import sys
-import textwrap
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ import numpy as np
 import pytest
 
 import zmqdata as zd
-from tests.helpers import poll_for
+from tests.helpers import poll_for, run_python
 from tests.ranks import Ranks
 from tests.service.cluster import Cluster, free_port
 from zmqdata import service
@@ -73,18 +72,8 @@ def data_sharding() -> Any:
 # ------------------------------------------------------------ without JAX
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_missing_jax_gives_a_clear_import_error() -> None:
-    result = _run(
+    result = run_python(
         """
         import sys
         sys.modules["jax"] = None  # as if JAX were not installed
@@ -108,7 +97,7 @@ def test_missing_jax_gives_a_clear_import_error() -> None:
 
 
 def test_zmqdata_imports_neither_jax_nor_orbax_and_zmqdata_jax_not_orbax() -> None:
-    result = _run(
+    result = run_python(
         """
         import sys
         import zmqdata, zmqdata.service

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import types
 from collections import namedtuple
 from collections.abc import Callable
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 import zmqdata as zd
+from tests.helpers import run_python
 from tests.service.cluster import Cluster
 from zmqdata import service
 
@@ -55,21 +55,11 @@ def _loader(
     )
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 # ------------------------------------------------------------ without torch
 
 
 def test_missing_torch_gives_a_clear_import_error() -> None:
-    result = _run(
+    result = run_python(
         """
         import sys
         sys.modules["torch"] = None  # as if PyTorch were not installed
@@ -94,7 +84,7 @@ def test_missing_torch_gives_a_clear_import_error() -> None:
 
 
 def test_zmqdata_does_not_import_torch() -> None:
-    result = _run(
+    result = run_python(
         """
         import sys
         import zmqdata, zmqdata.service
