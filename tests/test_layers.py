@@ -23,8 +23,8 @@ LAYERS: list[set[str]] = [
     {"zmqdata._dataset"},
     {"zmqdata._config"},
     {"zmqdata._runtime"},
-    {"zmqdata._dispatcher", "zmqdata._worker", "zmqdata._client"},
-    {"zmqdata.service", "zmqdata.torch"},
+    {"zmqdata._dispatcher", "zmqdata._worker", "zmqdata._client", "zmqdata._adapters"},
+    {"zmqdata.service", "zmqdata.torch", "zmqdata.jax"},
     {"zmqdata"},
     {"zmqdata_cli"},
 ]

@@ -389,8 +389,8 @@ def test_a_secured_cluster_is_traced_with_each_peers_role(
     keys = RoleKeys(tmp_path)
     keys.use(monkeypatch, "alice")  # a client key: it may also trace
     secured = _roles_cluster(cluster, keys)
-    with reading(secured.target) as read:
-        trace = service.trace(read.target, seconds=0.3)
+    with reading(secured.target) as read:  # a window every peer hears of in time
+        trace = service.trace(read.target, seconds=WINDOW_S)
     kinds = sorted(name.split(" ")[0] for name in processes(trace).values())
     assert kinds == ["dispatcher", "trainer", "worker"]
     assert trace["metadata"]["complete"] is True
