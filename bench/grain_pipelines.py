@@ -20,6 +20,7 @@ from typing import Any
 
 import grain
 import numpy as np
+from absl import flags
 
 from bench.pipelines import (
     PACK_OPEN_ROWS,
@@ -29,6 +30,12 @@ from bench.pipelines import (
     file_documents,
 )
 
+if not flags.FLAGS.is_parsed():
+    # grain 0.2.18 with JAX installed (jaxlib >= 0.10) reads an absl flag in
+    # mp_prefetch, which raises where no absl.app parsed the flags:
+    # google/grain#1355 (fixed after 0.2.18); its workaround.
+    flags.FLAGS.mark_as_parsed()
+
 
 def loader(
     paths: Sequence[str],
@@ -36,14 +43,25 @@ def loader(
     batch: int,
     rows: bool,
     workers: int,
+    epochs: int = 1,
+    read_options: grain.ReadOptions | None = None,
 ) -> grain.IterDataset:
     """``per_file`` on every path in ``workers`` processes, batched by ``batch``:
-    one element per file, or (``rows``) the rows of each file's array."""
+    one element per file, or (``rows``) the rows of each file's array.
+    ``epochs`` (not with ``rows``): the batches of that many epochs
+    (``MapDataset.repeat``), for one iterator over them all; ``read_options``:
+    ``to_iter_dataset``'s (None: grain's defaults)."""
     files = grain.MapDataset.source(list(paths)).map(per_file)
     if rows:
-        elements = grain.experimental.RebatchIterDataset(files.to_iter_dataset(), batch)
+        if epochs != 1:
+            raise ValueError(f"epochs={epochs} needs batches of files, not rows")
+        elements = grain.experimental.RebatchIterDataset(
+            files.to_iter_dataset(read_options), batch
+        )
     else:
-        elements = files.batch(batch).to_iter_dataset()
+        batches = files.batch(batch)
+        repeated = batches.repeat(epochs) if epochs > 1 else batches
+        elements = repeated.to_iter_dataset(read_options)
     return elements.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
 
 

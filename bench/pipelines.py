@@ -89,6 +89,28 @@ def image_element(path: str) -> np.ndarray[Any, np.dtype[np.float32]]:
     return (chw - MEAN) / STD
 
 
+def masked_batch(
+    images: np.ndarray[Any, Any], size: int = IMAGE_BATCH
+) -> dict[str, np.ndarray[Any, Any]]:
+    """A batch of images padded with zero rows to ``size`` rows, with the mask
+    of its real rows: a jitted step then sees one shape (bench/jax_steps.py).
+
+    >>> batch = masked_batch(np.ones((3, 2), np.float32), 4)
+    >>> batch["images"].tolist(), batch["mask"].tolist()
+    ([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]], [1.0, 1.0, 1.0, 0.0])
+    """
+    real = len(images)
+    if real > size:
+        raise ValueError(f"a batch of {real} images is larger than {size}")
+    mask = np.zeros(size, np.float32)
+    mask[:real] = 1
+    if real < size:
+        images = np.concatenate(
+            [images, np.zeros((size - real, *images.shape[1:]), images.dtype)]
+        )
+    return {"images": images, "mask": mask}
+
+
 def _synthetic_image(rng: np.random.Generator) -> np.ndarray[Any, Any]:
     """A 160x160 RGB image: smooth colour gradients, a few blobs, sensor noise."""
     y, x = np.mgrid[0:IMAGE_SIDE, 0:IMAGE_SIDE].astype(np.float32) / IMAGE_SIDE

@@ -15,6 +15,7 @@ from bench import (
     exactly_once,
     formats,
     hosts,
+    jax_steps,
     multirank,
     packing,
     peers,
@@ -351,6 +352,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "images": lambda r: peers.rows("images", r),
     "text": lambda r: peers.rows("text", r),
     "packing": packing.rows,
+    "jax_steps": jax_steps.rows,
     "shm": _shm,
     "threads": _threads,
     "link": _link,
@@ -462,6 +464,7 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "images": ("Images: JPEG decode and augment against the peers", peers.details),
     "text": ("Text: tokenize and pack against the peers", peers.details),
     "packing": ("Text: packing against grain and torch", packing.details),
+    "jax_steps": ("JAX: steps/s against grain", jax_steps.details),
     "exactly_once": ("Exactly once on against off", exactly_once.details),
     "profiling": ("Per-op profiling on the workers, on against off", profiling.details),
     "multirank": (

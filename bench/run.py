@@ -9,6 +9,8 @@ Sections: W1-W6 (bench/workloads.py), scaling, cpu, memory, sweep
 (bench/scaling.py), images and text against torch DataLoader, Ray Data and one
 local process (bench/peers.py), packing (text packed first fit into rows of
 512 against grain's packer and torch DataLoader: bench/packing.py),
+jax_steps (steps/s of a small JAX model fed by zmqdata.jax against grain:
+bench/jax_steps.py),
 exactly_once (its cost: bench/exactly_once.py), profiling (what per-op
 profiling on the workers costs: bench/profiling.py),
 multirank (dealt multi-rank reads against first come, first served, and
@@ -52,6 +54,7 @@ from bench import (
     exactly_once,
     formats,
     hosts,
+    jax_steps,
     link,
     multirank,
     packing,
@@ -73,6 +76,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "images": peers.images,
     "text": peers.text,
     "packing": packing.packing,  # text packed first fit, against grain and torch
+    "jax_steps": jax_steps.jax_steps,  # a JAX model fed by zmqdata and by grain
     "exactly_once": exactly_once.exactly_once,  # its images part counts CPU too
     "profiling": profiling.profiling,  # likewise; its own deployments, on and off
     "W1": workloads.w1_tiny_scalars,
