@@ -195,18 +195,35 @@ def _check_path(path: Any) -> str:
     return path
 
 
+MAX_NAME = 256
+"""The longest chunk name."""
+
+
+def is_chunk_name(name: Any) -> bool:
+    """Whether ``name`` may name a chunk (workers' reports, manifests, writers).
+
+    ASCII letters, digits, ``.``, ``-`` and ``_``, not starting with ``.``
+    (temporaries do), at most ``MAX_NAME`` long: never a path.
+
+    >>> is_chunk_name("00000003-ab12-0.chunk"), is_chunk_name("../x"), is_chunk_name(".t")
+    (True, False, False)
+    """
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME
+        and not name.startswith(".")
+        and name.replace(".", "").replace("-", "").replace("_", "").isalnum()
+        and name.isascii()
+    )
+
+
 def _check_name(name: Any) -> str:
-    if (
-        not isinstance(name, str)
-        or not name
-        or name.startswith(".")
-        or any(c in name for c in "/\\\0")
-    ):
+    if not is_chunk_name(name):
         raise InvalidArgumentError(
-            "a chunk name must be a non-empty str without '/', '\\' or a leading "
-            f"'.', got {name!r}"
+            f"a chunk name must be 1 to {MAX_NAME} ASCII letters, digits, '.', '-' "
+            f"or '_', not starting with '.', got {name!r}"
         )
-    return name
+    return str(name)
 
 
 def chunk_path(path: str, name: str) -> str:

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from zmqdata._config import DispatcherConfig, check_pipeline_size
-from zmqdata._dataset import graph
+from zmqdata._dataset import graph, snapshot
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dispatcher import dealing, model, saving
+from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
@@ -105,9 +105,7 @@ def _is_chunk(entry: Any) -> bool:
         and len(entry) == 5
         and all(type(v) is int and v >= 0 for v in (entry[0], *entry[2:]))
         and entry[4] < 2**32
-        and isinstance(entry[1], str)
-        and 0 < len(entry[1]) <= saving.MAX_CHUNK_NAME
-        and entry[1].replace(".", "").replace("-", "").replace("_", "").isalnum()
+        and snapshot.is_chunk_name(entry[1])
     )
 
 

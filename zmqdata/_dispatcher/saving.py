@@ -33,8 +33,6 @@ from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher.splits import Splits
 from zmqdata.errors import InvalidArgumentError
 
-MAX_CHUNK_NAME = 256
-"""The longest chunk name a worker may report."""
 SPLIT_SIZE = (1, 256)
 """Source elements per split of a save, so per chunk: about
 ``SPLITS_PER_PASS`` chunks, of at most 256 source elements (256 images of
