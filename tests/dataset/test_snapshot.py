@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.dataset.checks import assert_bit_equal
+from tests.wire.test_frames import ARRAY_DTYPES  # the wire codec's dtypes
 from zmqdata._dataset import snapshot, specs, structure
 from zmqdata._dataset.snapshot import ChunkWriter, read_chunk
 from zmqdata.errors import (
@@ -59,17 +60,6 @@ def leftovers(path: str) -> list[str]:
 
 # ------------------------------------------------------------------ round trips
 
-ARRAY_DTYPES = st.one_of(
-    hnp.boolean_dtypes(),
-    hnp.integer_dtypes(endianness="?"),
-    hnp.unsigned_integer_dtypes(endianness="?"),
-    hnp.floating_dtypes(endianness="?", sizes=(16, 32, 64)),
-    hnp.complex_number_dtypes(endianness="?"),
-    hnp.unicode_string_dtypes(endianness="?", min_len=1, max_len=4),
-    hnp.byte_string_dtypes(min_len=1, max_len=4),
-    hnp.datetime64_dtypes(endianness="?"),
-    hnp.timedelta64_dtypes(endianness="?"),
-)
 SCALAR_DTYPES = st.one_of(
     hnp.boolean_dtypes(),
     hnp.integer_dtypes(),
