@@ -23,6 +23,7 @@ Run with ``python examples/ddp_resume.py`` (needs ``pip install zmqdata[torch]``
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import queue
@@ -87,6 +88,8 @@ def train(
     resume: bool,
 ) -> None:
     """One DDP rank: trains, checkpoints at ``SAVE_AT`` (unless resuming)."""
+    # A rank stuck past the deadline prints where it is stuck, then exits.
+    faulthandler.dump_traceback_later(TIMEOUT_S - 10, exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     checkpoint = Path(folder) / "checkpoint.pt"

@@ -94,9 +94,14 @@ class SpanLog:
         else:
             self.dropped += 1
 
-    def within(self) -> list[Span]:
-        """The spans that started before the window's end (any thread may add more)."""
-        return [span for span in list(self.spans) if span[3] < self.until_ns]
+    def within(self, offset_ns: int = 0) -> list[Span]:
+        """The spans that started before the window's end (any thread may add more).
+
+        ``offset_ns``: the dispatcher's clock minus this one (``until_ns`` is
+        the dispatcher's).
+        """
+        until = self.until_ns - offset_ns
+        return [span for span in list(self.spans) if span[3] < until]
 
 
 class ClockOffset:
@@ -192,7 +197,11 @@ class Tracer:
         """The last window opened: never opened again once reported."""
 
     def open(self, trace_id: int, until_ns: int) -> SpanLog:
-        """Opens window ``trace_id`` until ``until_ns`` (this peer's clock)."""
+        """Opens window ``trace_id`` until ``until_ns`` (the dispatcher's clock).
+
+        The window's end is kept in the dispatcher's clock: later round trips
+        refine the offset, and both the end and the spans move with it.
+        """
         self._last_trace = trace_id
         self.log = SpanLog(trace_id, until_ns)
         return self.log
@@ -213,7 +222,7 @@ class Tracer:
         if trace_id != self._last_trace:
             self.clock = ClockOffset()  # a new window: clocks drift between them
             self.clock.add(sent, remote, received)
-            self.open(trace_id, until_ns - self.clock.offset_ns)
+            self.open(trace_id, until_ns)
         elif self.log is not None:
             self.clock.add(sent, remote, received)
 
@@ -221,7 +230,7 @@ class Tracer:
         """Whether the open window is over (its spans are to be reported)."""
         log = self.log
         now = time.perf_counter_ns() if now_ns is None else now_ns
-        return log is not None and now >= log.until_ns
+        return log is not None and now + self.clock.offset_ns >= log.until_ns
 
     def finish(self) -> SpanLog | None:
         """Closes the open window (if any) and returns its log."""
@@ -236,10 +245,10 @@ class Tracer:
         ``sender``: ``worker_id=`` or ``client_id=``. Threads are numbered
         from 1 in the order they first recorded a span.
         """
-        spans = log.within()
+        offset = self.clock.offset_ns
+        spans = log.within(offset)
         tids: dict[int, int] = {}
         wire: list[list[Any]] = []
-        offset = self.clock.offset_ns
         for name, cat, ident, start, end, args in spans:
             tid = tids.setdefault(ident, len(tids) + 1)
             span = [name, cat, tid, start + offset, end + offset]
