@@ -17,6 +17,7 @@ SIZES_PNG = "bench_throughput_vs_size.png"
 SCALING_PNG = "bench_scaling_workers.png"
 PIPELINES_PNG = "bench_pipelines.png"
 HOSTS_PNG = "bench_hosts_scaling.png"
+CONTROL_PNG = "bench_control_curve.png"
 PIPELINES = ("images", "text")
 SHORT_LABELS = {
     "local": "local\nprocess",
@@ -33,7 +34,9 @@ SHORT_LABELS = {
 def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
     """The plots whose sections ran, in ``directory``; their paths."""
     wanted = [
-        name for name in ("sweep", "scaling", "hosts", *PIPELINES) if name in results
+        name
+        for name in ("sweep", "scaling", "hosts", "control", *PIPELINES)
+        if name in results
     ]
     if not wanted:
         return []
@@ -55,6 +58,9 @@ def write(results: dict[str, Any], directory: Path, label: str) -> list[Path]:
         paths.append(_scaling(plt, results["scaling"], directory / SCALING_PNG, label))
     if "cases" in results.get("hosts", {}):
         paths.append(_hosts(plt, results["hosts"], directory / HOSTS_PNG, label))
+    if "curve" in results.get("control", {}):
+        curve = results["control"]["curve"]
+        paths.append(_control(plt, curve, directory / CONTROL_PNG, label))
     ran = {
         name: results[name]
         for name in PIPELINES
@@ -167,6 +173,56 @@ def _hosts(plt: Any, hosts: dict[str, Any], path: Path, label: str) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"Throughput against worker hosts\n{label}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _control(plt: Any, curve: list[dict[str, Any]], path: Path, label: str) -> Path:
+    """p99 round trips and the dispatcher's CPU against fleet size; a saturated
+    size's latencies (queues, not the dispatcher's speed) get no marker."""
+    peers = [size["peers"] for size in curve]
+    fig, (lat_ax, cpu_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for kind, what in (
+        ("consumer", "consumer heartbeat"),
+        ("worker", "worker heartbeat"),
+        ("split", "GetSplit"),
+    ):
+        p99 = [float(size[f"{kind}_p99_ms"]) for size in curve]
+        [line] = lat_ax.plot(peers, p99, "-", alpha=0.4)
+        ok = [
+            not (size["windows_saturated"] or size["windows_behind"]) for size in curve
+        ]
+        lat_ax.plot(
+            [n for n, good in zip(peers, ok, strict=True) if good],
+            [v for v, good in zip(p99, ok, strict=True) if good],
+            "o",
+            color=line.get_color(),
+            label=what,
+        )
+    lat_ax.axhline(20, linestyle=":", color="gray", label="target p99 20 ms")
+    lat_ax.set_yscale("log")
+    lat_ax.set_ylabel("p99 round trip, ms (no marker: saturated)")
+    lat_ax.set_title("Latency, median of the windows", fontsize=10)
+    cpu_ax.plot(
+        peers, [float(s["dispatcher_cpu"]) for s in curve], "o-", label="dispatcher"
+    )
+    cpu_ax.plot(
+        peers,
+        [s["floor"]["cpu"] for s in curve],
+        "s--",
+        label="no-op ZeroMQ server, same rate",
+    )
+    cpu_ax.axhline(1.0, linestyle=":", color="gray", label="one core")
+    cpu_ax.set_ylabel("CPU s per s")
+    cpu_ax.set_title("The dispatcher's CPU (pinned to one core)", fontsize=10)
+    for ax in (lat_ax, cpu_ax):
+        ax.set_xscale("log")
+        ax.set_xlabel("fake workers (and as many fake consumers)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"The control plane against fleet size\n{label}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench import (
+    control,
     exactly_once,
     formats,
     hosts,
@@ -312,20 +313,6 @@ def _link(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _control(r: dict[str, Any]) -> list[Row]:
-    peers_n = r["peers"]
-    return [
-        _row(
-            f"{peers_n:,} workers + {peers_n:,} consumers: p99 of a {what}",
-            f"{r[f'{kind}_p99_ms']:.1f} ms (p50 {r[f'{kind}_p50_ms']:.1f} ms)",
-            f"dispatcher CPU {float(r['dispatcher_cpu']):.2f} s/s",
-            NONE,
-            f"< 20 ms {mark(r[f'{kind}_p99_ms'] < 20)}",
-        )
-        for what, kind in (("consumer heartbeat", "consumer"), ("GetSplit", "split"))
-    ]
-
-
 def _journal(r: dict[str, Any]) -> list[Row]:
     many, one = r["concurrent"], r["sequential"]
     return [
@@ -357,7 +344,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "threads": _threads,
     "link": _link,
     "hosts": hosts.rows,
-    "control": _control,
+    "control": control.rows,
     "journal": _journal,
     "exactly_once": exactly_once.rows,
     "profiling": profiling.rows,

@@ -20,7 +20,7 @@ from zmqdata_cli.logs import daemon_logging
 
 from zmqdata import service
 from zmqdata._dispatcher import journal
-from zmqdata._runtime import hostaddr, yaml_config
+from zmqdata._runtime import hostaddr, tuning, yaml_config
 from zmqdata._runtime import threads as thread_pools
 from zmqdata.errors import UnavailableError
 
@@ -125,6 +125,7 @@ def build_dispatcher(
     """A started dispatcher for a ``dispatcher:`` section and flag overrides."""
     config = yaml_config.dispatcher_config(section, **overrides)
     check_exposure("dispatcher", config.protocol, config.host, config.secured, insecure)
+    tuning.serve_a_fleet()  # the process is the dispatcher's
     return service.DispatchServer(config)
 
 

@@ -24,6 +24,7 @@ Run with ``python examples/ddp_resume.py`` (needs ``pip install zmqdata[torch]``
 from __future__ import annotations
 
 import faulthandler
+import json
 import multiprocessing
 import os
 import queue
@@ -31,6 +32,7 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ ranks (960 examples), 80 steps on 3 ranks. Sizes that make every round
 complete; otherwise the at most R-1 examples of a last incomplete round go
 to nobody (counted in ``service.get_status``)."""
 SAVE_AT, KILL_AT = 15, 18
-TIMEOUT_S = 120.0
+TIMEOUT_S = 100.0
 
 
 def make_dataset(target: str, run_name: str) -> zd.Dataset:
@@ -76,7 +78,21 @@ def make_dataset(target: str, run_name: str) -> zd.Dataset:
     )
 
 
-def train(
+def train(*args: Any) -> None:
+    """A rank's process: ``_train(*args)``, saying at once why it failed.
+
+    A rank stuck for half the deadline prints where (every thread), and waits on.
+    """
+    faulthandler.dump_traceback_later(TIMEOUT_S / 2)
+    try:
+        _train(*args)
+    except BaseException:
+        traceback.print_exc()  # at once: tearing down may wait on the other ranks
+        sys.stderr.flush()
+        raise
+
+
+def _train(
     rank: int,
     world_size: int,
     port: int,
@@ -88,8 +104,6 @@ def train(
     resume: bool,
 ) -> None:
     """One DDP rank: trains, checkpoints at ``SAVE_AT`` (unless resuming)."""
-    # A rank stuck past the deadline prints where it is stuck, then exits.
-    faulthandler.dump_traceback_later(TIMEOUT_S - 10, exit=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     checkpoint = Path(folder) / "checkpoint.pt"
@@ -150,6 +164,7 @@ class Ranks:
         context.set_forkserver_preload(
             ["torch._dynamo", "torch.distributed", "zmqdata.torch"]
         )
+        self.target, self.run_name = args[0], args[1]
         self.reports = context.Queue()
         self.go_on = context.Event()  # never set: ranks at KILL_AT get killed
         port = free_port()
@@ -175,8 +190,18 @@ class Ranks:
                 dead = [p.exitcode for p in self.processes if p.exitcode]
                 if dead or time.monotonic() > deadline:
                     self.kill()
-                    sys.exit(f"FAILED: a rank exited with {dead} or timed out")
+                    self.describe_job()
+                    sys.exit(
+                        f"FAILED: a rank exited with {dead} or timed out; "
+                        f"reports: {got}"
+                    )
         return got
+
+    def describe_job(self) -> None:
+        """What the dispatcher knows of this run's job (to stderr, for a failure)."""
+        jobs = service.get_status(self.target)["jobs"]
+        mine = [job for job in jobs if job.get("job_name") == self.run_name]
+        print(json.dumps(mine, default=str)[:6000], file=sys.stderr)
 
     def kill(self) -> None:
         """kill -9 on every rank."""

@@ -31,14 +31,19 @@ RANGE_20 = pipeline(zd.Dataset.range(20))
 FOREVER = pipeline(zd.Dataset.range(3).repeat())
 
 
-@pytest.fixture
-def state() -> DispatcherState:
+def make_state() -> DispatcherState:
+    """A state with short worker and client timeouts (``*_TIMEOUT_S``)."""
     return DispatcherState(
         DispatcherConfig(
             worker_timeout_ms=int(WORKER_TIMEOUT_S * 1000),
             client_timeout_ms=int(CLIENT_TIMEOUT_S * 1000),
         )
     )
+
+
+@pytest.fixture
+def state() -> DispatcherState:
+    return make_state()
 
 
 def send(

@@ -150,18 +150,20 @@ def test_explicit_messages_round_trip():
         assert m.decode(m.encode(message)) == message
 
 
-def test_wire_format_is_a_versioned_map():
-    data = body(m.GetSplit(request_id=7, iteration_id=3, repetition=0))
+def test_wire_format_is_a_versioned_map_without_default_values():
+    data = body(m.GetSplit(request_id=7, iteration_id=3, repetition=0, max_splits=4))
     assert data == {
         "v": PROTOCOL_VERSION,
         "t": "get_split",
         "request_id": 7,
         "iteration_id": 3,
-        "repetition": 0,
-        "task_id": 0,
-        "max_splits": 1,
-        "counts": [],
+        "repetition": 0,  # a required field: sent whatever its value
+        "max_splits": 4,
     }
+
+
+def test_a_quiet_heartbeat_is_a_few_bytes():
+    assert len(m.encode(m.ClientHeartbeat(request_id=9, client_id=3, known=-5))) < 60
 
 
 def test_omitted_fields_with_defaults_get_their_defaults():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -24,3 +25,16 @@ def test_a_malformed_task_is_logged_and_not_started(
         server.stop()
     [line] = [record.getMessage() for record in caplog.records]
     assert "bad task from the dispatcher: task definition task_id" in line
+
+
+def test_a_reply_to_no_request_wakes_the_worker_and_changes_nothing() -> None:
+    config = WorkerConfig(dispatcher_address="tcp://127.0.0.1:1")
+    server = WorkerServer(config, start=False)
+    control = server._control
+    try:
+        control._next_send = float("inf")
+        control._on_message(m.WorkerHeartbeatReply(trace=[5, 10**12, 0]))
+        assert control._next_send <= time.monotonic()  # heartbeats now
+        assert control._tracer.log is None  # the window opens with a real reply
+    finally:
+        server.stop()

@@ -20,6 +20,7 @@ from zmqdata._client.acks import Acks
 from zmqdata._client.traces import sharing
 from zmqdata._config import MIN_FENCE_TIMEOUT_MS
 from zmqdata._runtime.clock import Backoff
+from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskInfo
@@ -38,7 +39,10 @@ SILENCE_S = MIN_FENCE_TIMEOUT_MS / 2000
 """Exactly once: a reader that sent no heartbeat for this long (its process
 frozen, its thread starved) may have been fenced out of a lost task
 (``DispatcherConfig.fence_timeout_ms``, at least twice this): what it receives
-then waits for the dispatcher's answer, which says which tasks are still read."""
+then waits for the dispatcher's answer, which says which tasks are still read.
+A dispatcher that says its ``fence_timeout_ms`` gives half of it instead."""
+QUIET_SHARE = 0.8
+"""A quiet reader's longest interval, as a share of its silence threshold."""
 
 Batch = tuple[list[Any], int, list[int], list[int], list[int]]
 """What goes to the trainer per reply: elements, their decoded bytes,
@@ -219,6 +223,16 @@ class ReadCore:
         self._last_dispatcher_reply = now
         self._last_worker_reply = now
         self._request_id = 0
+        self.silence_s = SILENCE_S
+        """How long without a heartbeat makes this reader possibly fenced."""
+        self.pace = HeartbeatPace(timeouts.heartbeat_s, QUIET_SHARE * SILENCE_S)
+        """The interval to the next heartbeat: longer while nothing changes."""
+        self._revision = 0
+        """The ``IterationState.revision`` applied last (heartbeats echo it)."""
+        self._quiet: int | None = None
+        """The last heartbeat, if it reported nothing new (its request id)."""
+        self._reported: tuple[int | None, list[int]] = (None, [])
+        """The round and multi-rank position the last heartbeat reported."""
 
     def next_request_id(self) -> int:
         """A new request id (heartbeats and data requests share the sequence)."""
@@ -232,6 +246,9 @@ class ReadCore:
         self._last_dispatcher_reply = now
         if isinstance(message, m.IterationState):
             self.acks.confirmed(message.request_id)
+            quiet = message.unchanged and message.request_id == self._quiet
+            self.pace.after(changed=not quiet)
+            self._heartbeat_due = self._last_heartbeat + self.pace.interval
             self.apply_state(message)
         elif isinstance(message, m.Error):
             self.fail(from_code(message.code, message.message))
@@ -239,7 +256,7 @@ class ReadCore:
     def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
         """Takes a worker reply (``parts`` are its frames, header first)."""
         self._last_worker_reply = now
-        if now - self._last_heartbeat > SILENCE_S:  # silent: hold what comes
+        if now - self._last_heartbeat > self.silence_s:  # silent: hold what comes
             self.heartbeat(now)
         if isinstance(header, m.Error):
             self.plan.on_error(self, header, now)
@@ -285,26 +302,36 @@ class ReadCore:
         progress = self.acks.progress(request_id)
         if self.acks.complete:  # no ack of a dropped task is left unsent
             self._fenced_epoch = self._task_epoch
-        if now - self._last_heartbeat > SILENCE_S and self._hold_until is None:
+        if now - self._last_heartbeat > self.silence_s and self._hold_until is None:
             self._hold_until = request_id
         self._last_heartbeat = now
+        starved = self._starved(now)
+        reported = (self.plan.current_round(), self.plan.deal_position())
+        shares = sharing()  # a trainer that shares traces hears of windows soon
+        news = finished or acked or progress or starved or shares
+        news = news or reported != self._reported
+        self._quiet = None if news else request_id
+        self._reported = reported
         self.transport.to_dispatcher(
             m.ClientHeartbeat(
                 request_id=request_id,
                 client_id=self.client_id,
                 finished_tasks=finished,
-                current_round=self.plan.current_round(),
+                current_round=reported[0],
                 acked=acked,
                 progress=progress,
                 task_epoch=self._fenced_epoch,
-                starved=self._starved(now),
-                deal=self.plan.deal_position(),
+                starved=starved,
+                deal=reported[1],
                 consumed=self.counters.consumed,
                 consumer_index=self.options.consumer_index,
-                share_traces=sharing(),
+                share_traces=shares,
+                known=self._revision,
             )
         )
-        self._heartbeat_due = now + self.timeouts.heartbeat_s
+        if news:
+            self.pace.reset()
+        self._heartbeat_due = now + self.pace.interval
 
     def _starved(self, now: float) -> float:
         """The fraction of the time since the last heartbeat the trainer waited."""
@@ -326,6 +353,13 @@ class ReadCore:
                 )
             )
             return
+        if state.fence_timeout_ms:
+            self.silence_s = max(SILENCE_S, state.fence_timeout_ms / 2000)
+            self.pace.set_ceiling(QUIET_SHARE * self.silence_s)
+        if state.unchanged:  # the tasks, end and schedule applied last hold
+            self._release_held(state.request_id)
+            return
+        self._revision = state.revision
         try:
             infos = [TaskInfo.from_wire(info) for info in state.tasks]
         except InvalidArgumentError as error:
@@ -430,6 +464,11 @@ class ReadCore:
         """
         elements, _, keys, _, _ = batch
         self.acks.received(task_id, keys, [] if header is None else header.progress)
+        if keys:  # acknowledged within one base interval, as ever
+            self.pace.reset()
+            self._heartbeat_due = min(
+                self._heartbeat_due, self._last_heartbeat + self.pace.interval
+            )
         if elements or keys:
             self.transport.to_trainer(batch)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -64,9 +65,7 @@ class Node:
     @property
     def definition(self) -> Op:
         """The op definition registered under ``self.op``."""
-        from zmqdata._dataset.ops import OPS
-
-        return OPS[self.op]
+        return _registry()[self.op]
 
 
 class Op(abc.ABC):
@@ -101,3 +100,11 @@ def make_iterator(node: Node, ctx: IterContext) -> DatasetIterator:
 def call_unpacked(fn: Callable[..., Any], element: Any) -> Any:
     """Calls ``fn(*element)`` for tuples and ``fn(element)`` otherwise."""
     return fn(*element) if isinstance(element, tuple) else fn(element)
+
+
+@functools.cache
+def _registry() -> Mapping[str, Op]:
+    """``ops.OPS``, imported once (it imports this module)."""
+    from zmqdata._dataset.ops import OPS
+
+    return OPS

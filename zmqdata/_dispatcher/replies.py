@@ -63,6 +63,7 @@ def registered(
         worker_id=worker.worker_id,
         worker_index=worker.index,
         tasks=[task_def(records, config, t).to_wire() for t in tasks],
+        heartbeat_max_ms=config.worker_timeout_ms // 4,
     )
 
 
@@ -71,10 +72,13 @@ def task_changes(
     config: DispatcherConfig,
     worker: model.Worker,
     heartbeat: m.WorkerHeartbeat,
+    held: Collection[str] = (),
 ) -> m.WorkerHeartbeatReply:
-    """The tasks a worker lacks (to start) and those it has but lost (to delete)."""
+    """The tasks a worker lacks (to start) and those it has but lost (to delete).
+
+    ``held``: the fingerprints of the pipelines the worker holds.
+    """
     reported = {task_id for task_id, _ in heartbeat.tasks}
-    held = frozenset(heartbeat.pipelines)
     assigned = records.worker_tasks.get(worker.worker_id, {})
     return m.WorkerHeartbeatReply(
         request_id=heartbeat.request_id,
@@ -121,18 +125,61 @@ def task_info(records: ClusterRecords, task: model.Task) -> TaskInfo:
 
 
 def iteration_state(
-    records: ClusterRecords, client: model.Client, request_id: int, incarnation: str
+    records: ClusterRecords,
+    config: DispatcherConfig,
+    client: model.Client,
+    request_id: int,
+    incarnation: str,
+    known: int = 0,
 ) -> m.IterationState:
-    """A consumer's view of its iteration: tasks, end, coordinated schedule."""
+    """A consumer's view of its iteration: tasks, end, coordinated schedule.
+
+    ``unchanged`` (no tasks, no rounds) if the consumer ``known`` it already.
+    """
     iteration = records.iterations[client.iteration_id]
+    current = revision(iteration)
+    unchanged = known == current
     return m.IterationState(
         request_id=request_id,
         client_id=client.client_id,
         iteration_id=iteration.iteration_id,
-        tasks=[task_info(records, task).to_wire() for task in iteration.tasks.values()],
+        tasks=[]
+        if unchanged
+        else [task_info(records, task).to_wire() for task in iteration.tasks.values()],
         finished=iteration.finished,
-        rounds=[[start, list(task_ids)] for start, task_ids in iteration.schedule],
+        rounds=[]
+        if unchanged
+        else [[start, list(task_ids)] for start, task_ids in iteration.schedule],
         horizon=iteration.horizon,
         incarnation=incarnation,
         task_epoch=iteration.task_epoch,
+        revision=current,
+        unchanged=unchanged,
+        fence_timeout_ms=config.fence_timeout_ms,
     )
+
+
+def revision(iteration: model.Iteration) -> int:
+    """A digest of what ``iteration_state`` tells of ``iteration`` (never 0).
+
+    Task infos are fixed per task (a task's worker never changes), so the task
+    ids stand for them; the schedule only grows or replaces its last entry.
+    Python hashes ints and tuples of them the same in every process, so a
+    restarted fault-tolerant dispatcher with the same state gives the same
+    digest.
+
+    >>> a = model.Iteration(1, 1, 0)
+    >>> revision(a) == revision(model.Iteration(2, 1, 0)), revision(a) != 0
+    (True, True)
+    """
+    schedule = iteration.schedule
+    last = (schedule[-1][0], tuple(schedule[-1][1])) if schedule else ()
+    key = (
+        tuple(iteration.tasks),
+        iteration.finished,
+        len(schedule),
+        last,
+        iteration.horizon,
+        iteration.task_epoch,
+    )
+    return hash(key) or 1

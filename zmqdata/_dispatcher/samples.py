@@ -14,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from zmqdata._wire import deltas
+from zmqdata._wire import messages as m
+from zmqdata.errors import InvalidArgumentError
+
 
 @dataclass
 class Rate:
@@ -50,6 +54,10 @@ class WorkerSample:
     tasks: dict[int, Rate] = field(default_factory=dict)
     """Elements served per task id, from ``stats["tasks"]``."""
     interval_s: float | None = None
+    request_id: int = 0
+    """The heartbeat the stats came with: the next may be a delta against it."""
+    values: int | None = None
+    """``deltas.count(stats)`` once a delta needed it."""
 
     @property
     def elements_per_s(self) -> float:
@@ -110,8 +118,40 @@ def ignored_errors(stats: dict[str, Any]) -> dict[int, tuple[int, int, str]]:
     return ignored
 
 
+def stats_of(
+    previous: WorkerSample | None, heartbeat: m.WorkerHeartbeat
+) -> tuple[dict[str, Any], int | None] | None:
+    """A heartbeat's complete stats (and their size, if known).
+
+    As sent, or its delta applied to the stats of the heartbeat it names;
+    None if that is not the heartbeat kept: everything must come again.
+
+    Raises:
+        InvalidArgumentError: A malformed delta, or stats grown past
+            ``deltas.MAX_VALUES`` values.
+    """
+    if heartbeat.base == 0:
+        return heartbeat.stats, None
+    if previous is None or previous.request_id != heartbeat.base:
+        return None
+    stats, grown = deltas.merge(previous.stats, heartbeat.stats)
+    values = grown + (
+        deltas.count(previous.stats) if previous.values is None else previous.values
+    )
+    if values > deltas.MAX_VALUES:
+        raise InvalidArgumentError(
+            f"worker_heartbeat.stats: {values} values after the delta, over "
+            f"{deltas.MAX_VALUES}"
+        )
+    return stats, values
+
+
 def sample(
-    previous: WorkerSample | None, stats: dict[str, Any], now: float
+    previous: WorkerSample | None,
+    stats: dict[str, Any],
+    now: float,
+    request_id: int = 0,
+    values: int | None = None,
 ) -> WorkerSample:
     """The sample of a heartbeat's ``stats``, its rates measured from ``previous``."""
     if previous is None:
@@ -131,4 +171,6 @@ def sample(
             for task_id, count in _task_counts(stats).items()
         },
         interval,
+        request_id,
+        values,
     )

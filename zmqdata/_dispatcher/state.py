@@ -41,6 +41,7 @@ from typing import Any
 
 from zmqdata._config import DispatcherConfig
 from zmqdata._dataset import graph, snapshot
+from zmqdata._dataset.node import Node
 from zmqdata._dispatcher import (
     autoscale,
     checks,
@@ -90,6 +91,8 @@ request, a slow disk): fence timeouts count again from then, so consumers
 whose heartbeats waited in its queue are not taken for silent."""
 MAX_MARKS = 65_536
 """The most roots an iteration keeps marks of (``model.Iteration.progress``)."""
+SPLIT_PLANS_KEPT = 4096
+"""Iterations whose split plan (``Splits``) is kept made (the oldest goes first)."""
 
 __all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
 
@@ -127,6 +130,8 @@ class DispatcherState:
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.held_pipelines: dict[int, frozenset[str]] = {}
         """The pipelines each worker said it holds (``_worker/pipelines.py``)."""
+        self._split_plans: dict[int, Splits] = {}
+        """Iterations' split plans, made once (``_splits_of``)."""
         self.requests_total = 0
         self.errors_total = 0
         self.splits_total = 0
@@ -566,9 +571,15 @@ class DispatcherState:
             )
         worker.last_seen = now  # liveness, not state: no event
         previous = self.worker_samples.get(worker.worker_id)  # metrics, not state
-        self.worker_samples[worker.worker_id] = samples.sample(previous, msg.stats, now)
-        self.held_pipelines[worker.worker_id] = frozenset(msg.pipelines)
-        self._note_ignored_errors(msg.stats)
+        reported = samples.stats_of(previous, msg)
+        if reported is not None:
+            stats, values = reported
+            self.worker_samples[worker.worker_id] = samples.sample(
+                previous, stats, now, msg.request_id, values
+            )
+            if msg.pipelines or not msg.base:
+                self.held_pipelines[worker.worker_id] = frozenset(msg.pipelines)
+            self._note_ignored_errors(stats)
         if msg.draining and worker.worker_id not in self.draining:
             logger.info("worker %s is draining", worker.worker_address)
             self.draining.add(worker.worker_id)
@@ -581,7 +592,10 @@ class DispatcherState:
             logger.info("worker %s left", worker.worker_address)
             out += self._remove_worker(worker.worker_id)
             return [(peer, m.WorkerHeartbeatReply(request_id=msg.request_id)), *out]
-        changes = replies.task_changes(self.records, self.config, worker, msg)
+        held = self.held_pipelines.get(worker.worker_id, frozenset())
+        changes = replies.task_changes(self.records, self.config, worker, msg, held)
+        if reported is None:  # a delta against stats not kept: all again
+            changes = dataclasses.replace(changes, resend=True)
         key, name = ("worker", worker.worker_id), f"worker {worker.data_address}"
         trace = self.traces.announce(key, name, _ns(now))
         if trace:
@@ -617,12 +631,29 @@ class DispatcherState:
         if job.dealt:
             return [(peer, self._deal_split(dataset, job, iteration, task, msg))]
         tracked = self.records.tracked(iteration)
-        splits = Splits.of(source, job.seed, iteration.repetition)
+        splits = self._splits_of(iteration, source, job.seed)
         reply, handed = splits.answer(iteration, task, msg, tracked)
         if handed is not None:
             self.apply(handed)
             self.splits_total += len(reply.splits)
         return [(peer, reply)]
+
+    def _splits_of(
+        self, iteration: model.Iteration, source: Node, seed: int | None
+    ) -> Splits:
+        """``iteration``'s split plan, made once (a source's cardinality is not free).
+
+        Not state: a plan is a function of the dataset, the seed and the
+        repetition; at most ``SPLIT_PLANS_KEPT`` are kept.
+        """
+        plans = self._split_plans
+        splits = plans.get(iteration.iteration_id)
+        if splits is None:
+            if len(plans) >= SPLIT_PLANS_KEPT:
+                del plans[next(iter(plans))]
+            splits = Splits.of(source, seed, iteration.repetition)
+            plans[iteration.iteration_id] = splits
+        return splits
 
     def _deal_split(
         self,
@@ -865,9 +896,10 @@ class DispatcherState:
         """
         client = self._client(msg.client_id)
         client.last_seen = now  # liveness, not state: no event
-        self.reads.setdefault(client.client_id, readers.Reads()).observe(
-            now, msg.consumed, _fraction(msg.starved), msg.consumer_index
-        )
+        reads = self.reads.get(client.client_id)
+        if reads is None:
+            reads = self.reads[client.client_id] = readers.Reads()
+        reads.observe(now, msg.consumed, _fraction(msg.starved), msg.consumer_index)
         iteration = self.records.iterations[client.iteration_id]
         self._ack(iteration, msg.acked)
         self._outputs_acked(iteration, msg.progress)
@@ -885,7 +917,7 @@ class DispatcherState:
         wanted = (msg.current_round or 0) + ROUND_MARGIN
         if iteration.schedule and wanted > iteration.horizon:
             self.apply(ev.HorizonExtended(iteration.iteration_id, wanted))
-        state = self._state_of(client, msg.request_id)
+        state = self._state_of(client, msg.request_id, msg.known)
         if msg.share_traces:
             name = f"trainer {client.client_id}"
             if msg.consumer_index is not None:
@@ -955,12 +987,23 @@ class DispatcherState:
         if news:
             self.apply(ev.OutputsAcked(iteration.iteration_id, tuple(news)))
 
-    def _state_of(self, client: model.Client, request_id: int) -> m.IterationState:
-        state = replies.iteration_state(
-            self.records, client, request_id, self.incarnation
-        )
+    def _state_of(
+        self, client: model.Client, request_id: int, known: int = 0
+    ) -> m.IterationState:
+        """``client``'s iteration state; ``unchanged`` if it ``known`` it.
+
+        Multi-rank reads are always told everything (their deal moves on).
+        """
         iteration = self.records.iterations[client.iteration_id]
         job = self.records.jobs[iteration.job_id]
+        state = replies.iteration_state(
+            self.records,
+            self.config,
+            client,
+            request_id,
+            self.incarnation,
+            known=0 if job.dealt else known,
+        )
         if not job.dealt:
             return state
         splits = dealing.splits_of(self.records.datasets[job.dataset_id])
@@ -1189,7 +1232,12 @@ class DispatcherState:
     def _start_trace(
         self, peer: bytes, msg: m.StartTrace, now: float
     ) -> list[Outgoing]:
-        """Opens a trace window: peers hear of it with their next heartbeat."""
+        """Opens a trace window: peers hear of it with their next heartbeat.
+
+        Workers are woken now (a reply to no request, saying so): a quiet one
+        would otherwise hear of it up to a quarter of ``worker_timeout_ms``
+        late; they heartbeat at once and learn it with its clock.
+        """
         self._close_trace(now)
         window = self.traces.start(msg.seconds, _ns(now), random.getrandbits(48) + 1)
         self.tracer.open(window.trace_id, window.until_ns)
@@ -1199,7 +1247,9 @@ class DispatcherState:
             start_ns=window.start_ns,
             until_ns=window.until_ns,
         )
-        return [(peer, reply)]
+        wake = m.WorkerHeartbeatReply(trace=[window.trace_id, window.until_ns, 0])
+        workers = self.records.workers.values()
+        return [(peer, reply), *((worker.peer, wake) for worker in workers)]
 
     def _get_trace(self, peer: bytes, msg: m.GetTrace, now: float) -> list[Outgoing]:
         self._close_trace(now)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -210,7 +211,8 @@ class PollLoop:
         next_tick = time.monotonic()
         while True:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            events = dict(self._loop_poller.poll(int(timeout_ms)))
+            # Rounded up: under 1 ms left would poll(0) in a loop until the tick.
+            events = dict(self._loop_poller.poll(math.ceil(timeout_ms)))
             if stop_rx in events:
                 return
             for sock in events:

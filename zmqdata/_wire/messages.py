@@ -6,6 +6,11 @@ checks the version, the type and each field's runtime type, and raises
 ``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version it does
 not accept) instead of letting bad input reach a handler.
 
+Messages are not frozen dataclasses: they are built twice per request on the
+dispatcher's hot path, and a frozen one's ``__init__`` (``object.__setattr__``
+per field) costs 3.4x a plain one's. Treat them as values all the same:
+``dataclasses.replace`` to change one.
+
 Versions ``OLDEST_PROTOCOL_VERSION`` to ``PROTOCOL_VERSION`` are accepted
 (``accepts``); a message encoded for an older peer leaves out what ``ADDED_IN``
 says came later (``versions.py`` picks the version to speak to each peer).
@@ -20,7 +25,7 @@ from __future__ import annotations
 import os
 import types
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
 
 import msgpack
@@ -54,13 +59,20 @@ ADDED_IN: dict[str, int] = {
     "start_save_reply": 6,
     "get_save_split": 6,
     "get_save_split_reply": 6,
+    "worker_heartbeat.base": 6,
+    "register_worker_reply.heartbeat_max_ms": 6,
+    "worker_heartbeat_reply.resend": 6,
+    "iteration_state.revision": 6,
+    "iteration_state.unchanged": 6,
+    "client_heartbeat.known": 6,
+    "iteration_state.fence_timeout_ms": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
 default). A message encoded for an older peer leaves the fields out."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Message:
     """Base of every control message; ``request_id`` pairs a reply with its request."""
 
@@ -71,7 +83,7 @@ class Message:
 # ------------------------------------------------------------------ generic replies
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Error(Message):
     """A failed request: ``code`` is a ``zmqdata.errors`` code."""
 
@@ -80,7 +92,7 @@ class Error(Message):
     message: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Ok(Message):
     """A request done, nothing to return."""
 
@@ -90,7 +102,7 @@ class Ok(Message):
 # ------------------------------------------------------------------ workers
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RegisterWorker(Message):
     """A worker announces itself and the data endpoint it serves."""
 
@@ -103,15 +115,18 @@ class RegisterWorker(Message):
     inproc_address: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class RegisterWorkerReply(Message):
     TYPE: ClassVar[str] = "register_worker_reply"
     worker_id: int
     worker_index: int | None = None
     tasks: list[dict[str, Any]] = field(default_factory=list)
+    heartbeat_max_ms: int = 0
+    """The longest interval a quiet worker may leave between heartbeats (a
+    quarter of ``worker_timeout_ms``; 0: its own interval, always)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class WorkerHeartbeat(Message):
     """A worker's liveness and its tasks' states ``[[task_id, finished], ...]``.
 
@@ -129,7 +144,12 @@ class WorkerHeartbeat(Message):
     """The worker has drained and stops now: its tasks are lost at once."""
     pipelines: list[str] = field(default_factory=list)
     """Fingerprints of the pipelines the worker holds: task definitions of
-    their datasets come without them (``_worker/pipelines.py``)."""
+    their datasets come without them (``_worker/pipelines.py``). With a
+    ``base``, empty means the same as that heartbeat's."""
+    base: int = 0
+    """0: ``stats`` and ``pipelines`` are complete. Else the request id of the
+    heartbeat they are a delta against, the last one answered
+    (``_wire/deltas.py``)."""
 
 
 MAX_PIPELINES_HELD = 64
@@ -138,7 +158,7 @@ MAX_FINGERPRINT_CHARS = 64
 """The longest pipeline fingerprint a heartbeat may name (``graph.fingerprint``: 32)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class WorkerHeartbeatReply(Message):
     TYPE: ClassVar[str] = "worker_heartbeat_reply"
     new_tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -149,9 +169,12 @@ class WorkerHeartbeatReply(Message):
     saves: list[dict[str, Any]] = field(default_factory=list)
     """The saves running (``tasks.SaveDef`` maps): the worker writes chunks
     of each (``_worker/saver.py``) until one is no longer listed."""
+    resend: bool = False
+    """The heartbeat's ``base`` is not the one the dispatcher holds: the next
+    heartbeat carries everything."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ProcessTask(Message):
     """Pushed by the dispatcher: start these tasks now (heartbeats are the fallback)."""
 
@@ -159,7 +182,7 @@ class ProcessTask(Message):
     tasks: list[dict[str, Any]]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetSplit(Message):
     """A DYNAMIC task asks for its next splits of ``repetition``.
 
@@ -179,7 +202,7 @@ class GetSplit(Message):
     """Multi-rank reads: ``[ordinal, count, ...]`` of splits this task finished."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetSplitReply(Message):
     TYPE: ClassVar[str] = "get_split_reply"
     splits: list[list[int]] = field(default_factory=list)
@@ -203,7 +226,7 @@ class GetSplitReply(Message):
 # ------------------------------------------------------------------ clients
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetOrRegisterDataset(Message):
     TYPE: ClassVar[str] = "get_or_register_dataset"
     pipeline: bytes
@@ -212,19 +235,19 @@ class GetOrRegisterDataset(Message):
     element_spec: bytes = b""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetOrRegisterDatasetReply(Message):
     TYPE: ClassVar[str] = "get_or_register_dataset_reply"
     dataset_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetDatasetInfo(Message):
     TYPE: ClassVar[str] = "get_dataset_info"
     dataset_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetDatasetInfoReply(Message):
     TYPE: ClassVar[str] = "get_dataset_info_reply"
     element_spec: bytes
@@ -238,7 +261,7 @@ def request_key() -> bytes:
     return os.urandom(16)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetOrCreateJob(Message):
     """Finds or creates a job; ``request_key`` makes a retry find the job it made.
 
@@ -262,13 +285,13 @@ class GetOrCreateJob(Message):
     """DYNAMIC: hand each epoch's splits out in an order drawn from (seed, epoch)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetOrCreateJobReply(Message):
     TYPE: ClassVar[str] = "get_or_create_job_reply"
     job_id: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetOrCreateIteration(Message):
     """Joins iteration ``repetition`` of a job; the reply names this consumer.
 
@@ -286,7 +309,7 @@ class GetOrCreateIteration(Message):
     """Resuming a multi-rank read: ``deal.Resume.to_wire()`` of the merged position."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class IterationState(Message):
     """The tasks a consumer should read and whether the iteration is over."""
 
@@ -311,9 +334,19 @@ class IterationState(Message):
     (``[ordinal, task_id, ...]`` of the splits handed out and not released)."""
     trace: list[int] = field(default_factory=list)
     """As ``WorkerHeartbeatReply.trace``, to consumers that share traces."""
+    revision: int = 0
+    """Names what this state tells (tasks, end, schedule, epoch): a consumer
+    echoes it (``ClientHeartbeat.known``) and is answered ``unchanged`` while
+    it holds."""
+    unchanged: bool = False
+    """The consumer's ``known`` revision is current: ``tasks``, ``rounds`` and
+    ``deal`` are left empty; the rest is as in a full state."""
+    fence_timeout_ms: int = 0
+    """The dispatcher's ``fence_timeout_ms`` (0: not said): a reader silent
+    for half of it may have been fenced, and a quiet one heartbeats sooner."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ClientHeartbeat(Message):
     """A consumer's liveness, with the tasks it has read to the end."""
 
@@ -340,9 +373,11 @@ class ClientHeartbeat(Message):
     """Observability: the consumer's rank in its job, if it has one."""
     share_traces: bool = False
     """The trainer opted in to traces (``service.share_traces``): tell it of windows."""
+    known: int = 0
+    """The ``IterationState.revision`` this consumer holds (0: none)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ReleaseIterationClient(Message):
     TYPE: ClassVar[str] = "release_iteration_client"
     client_id: int
@@ -352,12 +387,12 @@ class ReleaseIterationClient(Message):
     """As ``ClientHeartbeat.deal``."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetStatus(Message):
     TYPE: ClassVar[str] = "get_status"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetStatusReply(Message):
     TYPE: ClassVar[str] = "get_status_reply"
     status: dict[str, Any]
@@ -366,7 +401,7 @@ class GetStatusReply(Message):
 # ------------------------------------------------------------------ traces
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StartTrace(Message):
     """Opens a trace window of ``seconds`` (``zmqdata trace``; docs/tracing.md)."""
 
@@ -374,7 +409,7 @@ class StartTrace(Message):
     seconds: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StartTraceReply(Message):
     TYPE: ClassVar[str] = "start_trace_reply"
     trace_id: int
@@ -383,7 +418,7 @@ class StartTraceReply(Message):
     """The window, in the dispatcher's clock."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetTrace(Message):
     """What window ``trace_id`` holds, its spans from ``offset`` on."""
 
@@ -392,7 +427,7 @@ class GetTrace(Message):
     offset: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetTraceReply(Message):
     TYPE: ClassVar[str] = "get_trace_reply"
     trace_id: int
@@ -411,7 +446,7 @@ class GetTraceReply(Message):
     """Spans the dispatcher did not keep (over its bound for a window)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TraceSpans(Message):
     """A peer's spans of window ``trace_id``, in the dispatcher's clock, chunked.
 
@@ -438,7 +473,7 @@ class TraceSpans(Message):
 # ------------------------------------------------------------------ data plane
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetElements(Message):
     """A consumer asks a worker for up to ``max_elements`` of one task."""
 
@@ -467,7 +502,7 @@ class GetElements(Message):
     split made again after a worker was lost): the worker need not keep them."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Elements(Message):
     """Header of a data reply; the frames codec's frames follow it.
 
@@ -505,7 +540,7 @@ class Elements(Message):
 # ------------------------------------------------------------------ saves
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StartSave(Message):
     """``distributed_save``: write dataset ``dataset_id``'s elements under ``path``.
 
@@ -519,13 +554,13 @@ class StartSave(Message):
     """``"zstd"`` or None: how chunks are written."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class StartSaveReply(Message):
     TYPE: ClassVar[str] = "start_save_reply"
     save_id: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetSaveSplit(Message):
     """A worker asks for the next split of a save, with the chunks it wrote.
 
@@ -541,7 +576,7 @@ class GetSaveSplit(Message):
     failed: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GetSaveSplitReply(Message):
     """The next split of a save to write, if any.
 
@@ -616,9 +651,27 @@ _SCHEMAS: dict[type[Message], tuple[tuple[str, tuple[type, ...]], ...]] = {
 }
 
 
+_TYPES: dict[type[Message], dict[str, tuple[type, ...]]] = {
+    cls: dict(schema) for cls, schema in _SCHEMAS.items()
+}
 _NAMES: dict[type[Message], tuple[str, ...]] = {
     cls: tuple(name for name, _ in schema) for cls, schema in _SCHEMAS.items()
 }
+_REQUIRED = object()
+
+
+def _default(f: Any) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return _REQUIRED
+
+
+_DEFAULTS: dict[type[Message], dict[str, Any]] = {
+    cls: {f.name: _default(f) for f in fields(cls)} for cls in MESSAGES.values()
+}
+"""Each field's default (``_REQUIRED``: none): ``encode`` leaves such values out."""
 _ADDED_IN_KEYS: dict[type[Message], tuple[tuple[str, str], ...]] = {
     cls: tuple((name, f"{cls.TYPE}.{name}") for name in names)
     for cls, names in _NAMES.items()
@@ -674,11 +727,17 @@ def encode(message: Message, version: int = PROTOCOL_VERSION) -> bytes:
     """The wire bytes of ``message`` for a peer of protocol ``version``.
 
     For an older peer, fields (and types) added after its version are left out
-    (``ADDED_IN``): it reads them as their defaults.
+    (``ADDED_IN``): it reads them as their defaults. So are the fields whose
+    value is their default, for every peer: a quiet heartbeat is a few bytes.
     """
     cls = type(message)
     names = _NAMES[cls] if version == PROTOCOL_VERSION else _fields_at(cls, version)
-    body = {name: getattr(message, name) for name in names}
+    defaults = _DEFAULTS[cls]
+    body = {
+        name: value
+        for name in names
+        if (value := getattr(message, name)) != defaults[name]
+    }
     data: bytes = msgpack.packb({"v": version, "t": message.TYPE, **body})
     return data
 
@@ -705,9 +764,11 @@ def decode_versioned(data: bytes | memoryview) -> tuple[Message, int]:
         raise InvalidArgumentError("unknown control message type")
     if ADDED_IN.get(cls.TYPE, OLDEST_PROTOCOL_VERSION) > version:
         raise InvalidArgumentError(f"{cls.TYPE!r} is not in protocol v{version}")
-    for name, allowed in _SCHEMAS[cls]:
-        if name in body:
-            _check_field(cls, name, body[name], allowed)
+    types = _TYPES[cls]
+    for name, value in body.items():  # few: fields at their defaults are not sent
+        allowed = types.get(name)
+        if allowed is not None:  # an unknown name: refused by the constructor
+            _check_field(cls, name, value, allowed)
     try:
         return cls(**body), version
     except TypeError as error:

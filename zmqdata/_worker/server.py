@@ -20,10 +20,12 @@ from zmqdata._config import WorkerConfig
 from zmqdata._runtime import auth, hostaddr, ipc, metrics, reach, shm, threads
 from zmqdata._runtime.clock import Backoff
 from zmqdata._runtime.loop import PollLoop
+from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._runtime.process import LOCAL_WORKERS, PROCESS_TOKEN
 from zmqdata._runtime.waker import Waker
 from zmqdata._version import __version__
 from zmqdata._wire import messages as m
+from zmqdata._wire.deltas import HeartbeatDelta
 from zmqdata._wire.tasks import SaveDef, TaskDef
 from zmqdata._wire.versions import PeerVersion
 from zmqdata._worker.data import DataLoop, Runners
@@ -71,9 +73,18 @@ class _ControlLoop(PollLoop):
         self._keys = keys
         self._data, self._runners = data, runners
         self._pipelines = Pipelines()
+        self._deltas = HeartbeatDelta()
+        """Heartbeats as deltas against the last one answered (``_wire/deltas.py``)."""
         self._saves: dict[str, SaveRunner] = {}
         """The saves this worker writes chunks of, by id."""
         self._heartbeat_s = config.heartbeat_interval_ms / 1000
+        self._pace = HeartbeatPace(self._heartbeat_s)
+        """Longer intervals while nothing changes (``_runtime/pace.py``)."""
+        self._reported: tuple[Any, ...] = ()
+        """The tasks, pipelines and draining the last heartbeat reported."""
+        self._quiet: int | None = None
+        """The last heartbeat, if it reported nothing new (its request id)."""
+        self._last_send = 0.0
         self.tick_s = min(0.1, self._heartbeat_s)
         self.worker_id: int | None = None
         self._request_id = 0
@@ -175,11 +186,20 @@ class _ControlLoop(PollLoop):
                     "worker %s registered as %d", self.worker_address, message.worker_id
                 )
             self.worker_id = message.worker_id
+            self._deltas.reset()
+            self._pace.set_ceiling(message.heartbeat_max_ms / 1000 or None)
+            self._pace.reset()
             self._backoff.reset()
             self._next_send = time.monotonic() + self._heartbeat_s
             self._start_tasks(message.tasks)
+        elif isinstance(message, m.WorkerHeartbeatReply) and not message.request_id:
+            self._pace.reset()  # answers nothing: a trace opened; heartbeat now
+            self._next_send = time.monotonic()
         elif isinstance(message, m.WorkerHeartbeatReply):
             self._tracer.replied(message.request_id, message.trace)
+            # A dispatcher older than deltas reads every heartbeat as complete.
+            old = self._dispatcher_version.version < m.ADDED_IN["worker_heartbeat.base"]
+            self._deltas.answered(message.request_id, resend=message.resend or old)
             if message.request_id == self._leave_request:
                 logger.info("worker %s left the dispatcher", self.worker_address)
                 self.left.set()
@@ -188,6 +208,10 @@ class _ControlLoop(PollLoop):
             for task_id in message.tasks_to_delete:
                 self._delete_task(task_id)
             self._run_saves(message.saves)
+            news = message.new_tasks or message.tasks_to_delete or message.saves
+            quiet = message.request_id == self._quiet and not news and not message.trace
+            self._pace.after(changed=not quiet)
+            self._next_send = self._last_send + self._pace.interval
         elif isinstance(message, m.ProcessTask):
             self._start_tasks(message.tasks)
         elif isinstance(message, m.Error) and message.code == "NOT_FOUND":
@@ -214,20 +238,31 @@ class _ControlLoop(PollLoop):
         self._request_id += 1
         runners = self._runners.snapshot()
         tasks = [[r.task_id, r.drained] for r in runners]
+        held = self._pipelines.held()
+        base, stats, pipelines = self._deltas.outgoing(
+            worker_stats(self._data, self._runners, runners), held
+        )
         heartbeat = m.WorkerHeartbeat(
             request_id=self._request_id,
             worker_id=self.worker_id,
             tasks=tasks,
-            stats=worker_stats(self._data, self._runners, runners),
+            stats=stats,
             draining=self._draining,
             leaving=leaving,
-            pipelines=self._pipelines.held(),
+            pipelines=pipelines,
+            base=base,
         )
+        self._deltas.sent(self._request_id)
         self._tracer.sent(self._request_id)  # its reply's clock: the trace's
         self._send(heartbeat)
         if leaving:
             self._leave_request = self._request_id
-        self._next_send = now + self._heartbeat_s
+        reported = (tasks, held, self._draining)
+        self._quiet = self._request_id if reported == self._reported else None
+        if self._quiet is None:
+            self._pace.reset()
+        self._reported, self._last_send = reported, now
+        self._next_send = now + self._pace.interval
 
     def _report_trace(self) -> None:
         """Sends the spans of a trace window once it is over."""
@@ -253,7 +288,7 @@ class _ControlLoop(PollLoop):
         """
         if not self.drain_requested.is_set():
             return False
-        if now - self._last_reply > max(1.0, 3 * self._heartbeat_s):
+        if now - self._last_reply > max(1.0, 3 * self._pace.max_s):
             self.left.set()  # no dispatcher to tell: nothing to hand back
             return False
         if not self._draining:
@@ -278,7 +313,7 @@ class _ControlLoop(PollLoop):
     def _warn_if_silent(self, now: float) -> None:
         silent_s = now - self._last_reply
         if (
-            silent_s < max(WARN_AFTER_S, 3 * self._heartbeat_s)
+            silent_s < max(WARN_AFTER_S, 3 * self._pace.max_s)
             or now < self._next_warning
         ):
             return
