@@ -15,9 +15,14 @@ workers ``indexes`` and as many fake consumers:
 
 Fake worker ``i`` and fake consumer ``i`` stand for one trainer host: the
 consumer reads a DYNAMIC job with ``target_workers="LOCAL"`` served by the
-worker, whose task asks for a split every ``split_interval_s``. Workers and
-consumers pace their heartbeats as real ones do (``_runtime/pace.py``: the
-base interval while something changes, longer while nothing does).
+worker, whose task takes ``split_interval_s`` per split and asks for enough
+splits to last the period the dispatcher names (``GetSplitReply.period_ms``:
+what a real worker's ``SplitBatch`` settles at while round trips are short;
+fake workers start there, as a fleet that has run a while, not all at one
+split a request in the same second). Workers and consumers pace their heartbeats as real ones do
+(``_runtime/pace.py``: the base interval while something changes, longer while
+nothing does; a quiet worker whose task asked for splits within its interval
+skips its heartbeat, ``STRETCH`` intervals at most: ``_worker/server.py``).
 
 The fleet measures itself, so a slow driver is never mistaken for a slow
 dispatcher: every request is *due* at its peer's interval (random phases);
@@ -44,10 +49,12 @@ import numpy as np
 import zmq
 
 import zmqdata as zd
-from zmqdata._client.core import QUIET_SHARE
+from zmqdata._client.core import quiet_ceiling_s
 from zmqdata._runtime import tuning
 from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._wire import messages as m
+from zmqdata._worker.server import STRETCH
+from zmqdata._worker.splitbatch import MAX_BATCH
 
 DYNAMIC = 1
 FAKE_RANGE = 10**12
@@ -64,7 +71,10 @@ SENT_LIMIT = 0.99
 was due is ``behind``."""
 SETUP_TIMEOUT_S = 300.0
 KINDS = ("worker", "consumer", "split")
-SNDMORE, NOBLOCK = int(zmq.SNDMORE), int(zmq.NOBLOCK)
+SNDMORE, POLLIN = int(zmq.SNDMORE), int(zmq.POLLIN)
+READ_EVERY = 32
+"""Requests sent in a row at most before the replies in are read: a reply's
+round trip is measured when it arrives, not after a burst of sends."""
 LINKS = 64
 """Connections the fake consumers share (and as many their workers' split
 requests): the dispatcher's ROUTER serves its connections in turn, so one
@@ -184,6 +194,9 @@ class Fleet:
         self.paces = {i: HeartbeatPace(CLIENT_HEARTBEAT_S) for i in indexes}
         self.worker_paces = {i: HeartbeatPace(WORKER_HEARTBEAT_S) for i in indexes}
         self.elements = dict.fromkeys(indexes, 0)
+        self.asked = dict.fromkeys(indexes, 1)
+        """Splits each worker's task asked for last (they last it that long)."""
+        self.last_sent = {kind: dict.fromkeys(indexes, 0.0) for kind in KINDS}
 
     def _links(self, name: str) -> zmq.Socket[Any]:
         """A ROUTER with ``LINKS`` connections, named by number (``_link``)."""
@@ -230,12 +243,12 @@ class Fleet:
 
         Read as msgpack maps (``m.decode(bytes)`` where the message is needed).
         """
-        for sock, _ in self.poller.poll(math.ceil(timeout_ms)):
-            while True:
-                try:
-                    frames = sock.recv_multipart(NOBLOCK)
-                except zmq.Again:
-                    break
+        ready = [self.workers, self.consumers, self.splits]
+        if timeout_ms > 0:
+            ready = [sock for sock, _ in self.poller.poll(math.ceil(timeout_ms))]
+        for sock in ready:  # (EVENTS, not an exception, says when one is empty)
+            while sock.get(zmq.EVENTS) & POLLIN:
+                frames = [sock.recv(), sock.recv()]  # the dispatcher's: two frames
                 received = time.perf_counter()
                 body = msgpack.unpackb(frames[-1])
                 if body["t"] == m.ProcessTask.TYPE:  # pushed to a worker
@@ -314,8 +327,8 @@ class Fleet:
         )
         self.client_ids = {i: state.client_id for i, state in states.items()}
         self.revisions = {i: state.revision for i, state in states.items()}
-        for i, state in states.items():  # as a reader: quiet up to 80% of half
-            self.paces[i].set_ceiling(QUIET_SHARE * state.fence_timeout_ms / 2000)
+        for i, state in states.items():  # as a reader: quiet up to 80% of it
+            self.paces[i].set_ceiling(quiet_ceiling_s(state.fence_timeout_ms))
         # The fleet starts as one that has run a while (its trainers did not all
         # start in the same second): every peer at its quiet interval. Any reply
         # that changes something brings a peer back to its base, as it would.
@@ -328,6 +341,11 @@ class Fleet:
                 raise RuntimeError(f"{missing} fake workers got no task")
             for _ in self._replies(100):
                 pass
+        first = self._call_all(
+            {i: ("split", self._request("split", i)) for i in self.indexes}
+        )
+        for i, reply in first.items():
+            self._follow_period(i, reply.period_ms)
 
     # ------------------------------------------------------------ requests
 
@@ -400,7 +418,7 @@ class Fleet:
                 "client_id": self.client_ids[index],
                 "known": self.revisions[index],
             }
-        self.elements[index] += 256
+        self.elements[index] += 256 * self.asked[index]
         task_id, iteration_id = self.tasks[index]
         return {
             "v": m.PROTOCOL_VERSION,
@@ -408,6 +426,7 @@ class Fleet:
             "iteration_id": iteration_id,
             "repetition": 0,
             "task_id": task_id,
+            "max_splits": self.asked[index],
         }
 
     def _interval(self, kind: str, index: int) -> float:
@@ -415,7 +434,27 @@ class Fleet:
             return self.worker_paces[index].interval
         if kind == "consumer":
             return self.paces[index].interval
-        return self.split_interval_s
+        return self.split_interval_s * self.asked[index]
+
+    def _alive_by_splits(self, index: int, now: float) -> float | None:
+        """When a quiet worker heartbeats instead, if its split requests let it wait."""
+        pace = self.worker_paces[index]
+        if pace.interval < pace.max_s:
+            return None
+        last = self.last_sent["worker"][index]
+        due = min(
+            self.last_sent["split"][index] + pace.interval, last + STRETCH * pace.max_s
+        )
+        return due if due > now else None
+
+    def _took_all(
+        self,
+        out: Window,
+        replies: Iterable[tuple[str, int, dict[str, Any], bytes, float]],
+    ) -> None:
+        for kind, index, reply, _, rtt in replies:
+            out.rtts[kind].append(rtt)
+            self._took(kind, index, reply)
 
     def _took(self, kind: str, index: int, reply: dict[str, Any]) -> None:
         """A reply's effect on the peer (a consumer's pace, a worker's base)."""
@@ -426,6 +465,13 @@ class Fleet:
             news = reply.get("new_tasks") or reply.get("tasks_to_delete")
             news = news or reply.get("saves") or reply.get("trace")
             self.worker_paces[index].after(changed=bool(news))
+        else:
+            self._follow_period(index, reply.get("period_ms", 0))
+
+    def _follow_period(self, index: int, period_ms: int) -> None:
+        """Worker ``index`` asks for enough splits to last ``period_ms``."""
+        wanted = math.ceil(period_ms / 1000 / self.split_interval_s - 1e-6)
+        self.asked[index] = max(1, min(MAX_BATCH, wanted))
 
     def window(self, seconds: float) -> Window:
         """Every peer at its interval (random phases) for ``seconds``.
@@ -454,20 +500,25 @@ class Fleet:
             now = time.perf_counter()
             if now >= end:
                 break
-            for at, i, kind in schedule.take(now):
+            for n, (at, i, kind) in enumerate(schedule.take(now), 1):
+                if n % READ_EVERY == 0:
+                    self._took_all(out, self._replies(0))
+                later = self._alive_by_splits(i, now) if kind == "worker" else None
+                if later is not None:
+                    schedule.add(later, i, kind)
+                    continue
                 out.due[kind] += 1
                 if (kind, i) in self._busy:
                     out.skipped[kind] += 1
                 else:
                     self._send(kind, i, self._request(kind, i))
+                    self.last_sent[kind][i] = now
                 out.lags.append(time.perf_counter() - at)
                 schedule.add(at + self._interval(kind, i), i, kind)
             wait_ms = max(
                 0.0, (min(schedule.next_at(), end) - time.perf_counter()) * 1000
             )
-            for kind, index, reply, _, rtt in self._replies(wait_ms):
-                out.rtts[kind].append(rtt)
-                self._took(kind, index, reply)
+            self._took_all(out, self._replies(wait_ms))
         out.cpu_s = time.process_time() - cpu
         self._drain(out)
         return out
@@ -478,9 +529,7 @@ class Fleet:
         while self._in_flight:
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"{len(self._in_flight)} replies missing")
-            for kind, index, reply, _, rtt in self._replies(100):
-                out.rtts[kind].append(rtt)
-                self._took(kind, index, reply)
+            self._took_all(out, self._replies(100))
 
     def close(self) -> None:
         for sock in (self.workers, self.consumers, self.splits):

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.dispatcher.splits import next_split_request
 from tests.dispatcher.test_state import (
     DYNAMIC,
     RANGE_20,
@@ -21,6 +22,7 @@ from tests.dispatcher.test_state import (
 )
 from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import replies
+from zmqdata._dispatcher.splits import SPLIT_REQUESTS_PER_S, split_period_ms
 from zmqdata._dispatcher.state import DispatcherState
 from zmqdata._dispatcher.status import render
 from zmqdata._wire import deltas
@@ -194,3 +196,42 @@ def test_a_trace_window_wakes_every_worker(state: DispatcherState) -> None:
         message for _, message in sent if isinstance(message, m.WorkerHeartbeatReply)
     ]
     assert all(wake.request_id == 0 and wake.trace for wake in wakes)
+
+
+# ------------------------------------------------------------------ split requests
+
+
+def test_split_requests_keep_a_worker_alive_and_name_a_period(
+    state: DispatcherState,
+) -> None:
+    register_worker(state, "w0:1")
+    iteration = join(
+        state, create_job(state, register_dataset(state, RANGE_20), DYNAMIC)
+    )
+    now, asked = 0.0, 0
+    while now < 3 * WORKER_TIMEOUT_S:  # no heartbeat: split requests only
+        now += 0.1
+        state.tick(now)
+        client_heartbeat(state, iteration.client_id, iteration.revision, now)
+        if round(now * 10) % 3 == 0:
+            request = next_split_request(state, iteration.iteration_id)
+            answer = reply(state, request, peer=b"w0:1", now=now)
+            assert isinstance(answer, m.GetSplitReply), answer
+            asked += 1
+    assert asked >= 9
+    assert len(state.records.workers) == 1  # not lost
+    assert answer.period_ms == 0  # one worker: as often as worthwhile
+    for name in ("w1:1", "w2:1", "w3:1", "w4:1"):
+        register_worker(state, name, now=now)
+    assert reply(state, request, peer=b"w0:1", now=now).period_ms == 1  # 5 workers
+    for _ in range(15):
+        now += 0.1
+        state.tick(now)
+    assert len(state.records.workers) == 0  # silent at last: all lost
+
+
+def test_the_split_period_grows_with_the_fleet_up_to_the_heartbeat_ceiling() -> None:
+    ceiling = 2_500
+    periods = [split_period_ms(n, ceiling) for n in (1, 1_000, 4_000, 10_000, 10**6)]
+    assert periods == [0, 250, 1_000, 2_500, 2_500]
+    assert SPLIT_REQUESTS_PER_S * 2.5 == 10_000  # where the ceiling takes over

@@ -3,12 +3,15 @@ nothing changes, and no guarantee moves (liveness, exactly once, stats)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import zmqdata as zd
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from zmqdata import service
+from zmqdata._worker.server import STRETCH
 
 WORKER_TIMEOUT_MS = 2_000
 """A quiet worker's ceiling: a quarter of it, 500 ms (its base: 100 ms)."""
@@ -68,3 +71,33 @@ def test_a_reader_quiet_past_its_fence_timeout_reads_on_exactly_once(
     one.stop_worker(0)  # a loss while the reader is quiet: it must fence in time
     seen += list(iterator)
     assert sorted(seen) == list(range(2_000))
+
+
+def slowly(x: Any) -> Any:
+    """5 ms an element: splits of 10 take 50 ms."""
+    threading.Event().wait(0.005)
+    return x
+
+
+def test_a_worker_asking_for_splits_heartbeats_less_and_stays(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """Its split requests show it alive: quiet heartbeats wait, up to STRETCH."""
+    one = cluster(1, worker_timeout_ms=1_000, heartbeat_interval_ms=50)
+    ceiling_s = 0.25  # a quarter of the timeout
+    slow = zd.Dataset.range(640).map(slowly)
+    ds = slow.apply(service.distribute("distributed_epoch", one.target))
+    intervals: list[float] = []
+
+    def stretched() -> bool:
+        [worker] = one.status()["workers"]
+        intervals.append(worker["heartbeat_interval_s"] or 0.0)
+        return intervals[-1] > 1.5 * ceiling_s
+
+    iterator = iter(ds)
+    seen = [next(iterator)]
+    poll_for(stretched, timeout=10.0)  # splits every ~50 ms, heartbeats rarer
+    seen += list(iterator)
+    assert sorted(seen) == list(range(640))
+    assert max(intervals) <= STRETCH * ceiling_s + 0.15
+    assert one.num_registered_workers() == 1  # its timeout passed: never lost

@@ -42,7 +42,25 @@ frozen, its thread starved) may have been fenced out of a lost task
 then waits for the dispatcher's answer, which says which tasks are still read.
 A dispatcher that says its ``fence_timeout_ms`` gives half of it instead."""
 QUIET_SHARE = 0.8
-"""A quiet reader's longest interval, as a share of its silence threshold."""
+"""A quiet reader's longest interval, as a share of the fence timeout: the
+dispatcher never stops waiting for its fence. Past its silence threshold (half
+of it) a quiet reader holds what arrives until its next answer, one round trip
+(``quiet_ceiling_s``)."""
+
+
+def quiet_ceiling_s(fence_timeout_ms: int) -> float:
+    """A quiet reader's longest heartbeat interval under ``fence_timeout_ms``.
+
+    Quiet, it has nothing unacknowledged: being past its silence threshold
+    costs it one round trip on the elements that arrive next (held until the
+    dispatcher answers), never a duplicate. ``QUIET_SHARE`` of the fence
+    timeout keeps it within what the dispatcher waits for a fence.
+
+    >>> quiet_ceiling_s(5_000), quiet_ceiling_s(0)  # 0: a dispatcher naming none
+    (4.0, 1.6)
+    """
+    return QUIET_SHARE * max(MIN_FENCE_TIMEOUT_MS, fence_timeout_ms) / 1000
+
 
 Batch = tuple[list[Any], int, list[int], list[int], list[int]]
 """What goes to the trainer per reply: elements, their decoded bytes,
@@ -225,7 +243,7 @@ class ReadCore:
         self._request_id = 0
         self.silence_s = SILENCE_S
         """How long without a heartbeat makes this reader possibly fenced."""
-        self.pace = HeartbeatPace(timeouts.heartbeat_s, QUIET_SHARE * SILENCE_S)
+        self.pace = HeartbeatPace(timeouts.heartbeat_s, quiet_ceiling_s(0))
         """The interval to the next heartbeat: longer while nothing changes."""
         self._revision = 0
         """The ``IterationState.revision`` applied last (heartbeats echo it)."""
@@ -355,7 +373,7 @@ class ReadCore:
             return
         if state.fence_timeout_ms:
             self.silence_s = max(SILENCE_S, state.fence_timeout_ms / 2000)
-            self.pace.set_ceiling(QUIET_SHARE * self.silence_s)
+            self.pace.set_ceiling(quiet_ceiling_s(state.fence_timeout_ms))
         if state.unchanged:  # the tasks, end and schedule applied last hold
             self._release_held(state.request_id)
             return

@@ -63,8 +63,13 @@ def registered(
         worker_id=worker.worker_id,
         worker_index=worker.index,
         tasks=[task_def(records, config, t).to_wire() for t in tasks],
-        heartbeat_max_ms=config.worker_timeout_ms // 4,
+        heartbeat_max_ms=worker_heartbeat_max_ms(config),
     )
+
+
+def worker_heartbeat_max_ms(config: DispatcherConfig) -> int:
+    """A quiet worker's longest heartbeat interval: four per ``worker_timeout_ms``."""
+    return config.worker_timeout_ms // 4
 
 
 def task_changes(

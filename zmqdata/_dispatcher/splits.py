@@ -35,9 +35,28 @@ MAX_SPLIT_SIZE = 256
 SPLITS_PER_PASS = 64
 MAX_SPLITS_PER_REQUEST = 256
 """The most splits one ``GetSplit`` may ask for."""
+SPLIT_REQUESTS_PER_S = 4_000
+"""The split requests a second one dispatcher plans for, however many workers
+ask: past this many workers, each is told to ask less often (``split_period_ms``)."""
 MAX_SPLITS_SCANNED = 4_096
 """Resumed reads: the most splits one ``GetSplit`` passes over (all done ones
 are skipped); a reply with no split and no ``end_of_splits`` says ask again."""
+
+
+def split_period_ms(workers: int, heartbeat_max_ms: int) -> int:
+    """How often each of ``workers`` may ask for splits (``GetSplitReply.period_ms``).
+
+    ``SPLIT_REQUESTS_PER_S`` in all, at most a worker's quiet heartbeat
+    interval: a worker that asks within it needs no heartbeat to be seen
+    alive (docs/architecture.md, Heartbeats that cost what changes), and
+    holds no more than that much work ahead of the others at an epoch's end.
+
+    >>> split_period_ms(100, 2_500), split_period_ms(6_000, 2_500)
+    (25, 1500)
+    >>> split_period_ms(100_000, 2_500)
+    2500
+    """
+    return min(heartbeat_max_ms, 1000 * workers // SPLIT_REQUESTS_PER_S)
 
 
 def split_size(num_elements: int) -> int:

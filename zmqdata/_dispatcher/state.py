@@ -58,7 +58,7 @@ from zmqdata._dispatcher import (
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
-from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits
+from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits, split_period_ms
 from zmqdata._runtime.ratelog import RateLimitedLog
 from zmqdata._runtime.spans import Tracer
 from zmqdata._wire import messages as m
@@ -83,6 +83,10 @@ ROUND_MARGIN = 1024
 """Coordinated reads: rounds promised ahead of the furthest consumer."""
 AUTOSCALE_EVERY_S = 0.5
 """How often the autoscaler observes demand and supply (``autoscale.py``)."""
+AUTOSCALE_PEERS_PER_S = 10_000
+"""Workers and consumers the autoscaler's signals may scan a second: past
+5,000 it observes less often than ``AUTOSCALE_EVERY_S`` (every 2 s at 20,000:
+five observations in its default 10 s window)."""
 MAX_TASKS_IGNORING = 65536
 """Tasks per job whose ``ignore_errors`` counts the status keeps."""
 STALLED_S = 1.0
@@ -92,7 +96,7 @@ whose heartbeats waited in its queue are not taken for silent."""
 MAX_MARKS = 65_536
 """The most roots an iteration keeps marks of (``model.Iteration.progress``)."""
 SPLIT_PLANS_KEPT = 4096
-"""Iterations whose split plan (``Splits``) is kept made (the oldest goes first)."""
+"""Split plans (``Splits``) kept made (the oldest goes first)."""
 
 __all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
 
@@ -130,8 +134,8 @@ class DispatcherState:
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.held_pipelines: dict[int, frozenset[str]] = {}
         """The pipelines each worker said it holds (``_worker/pipelines.py``)."""
-        self._split_plans: dict[int, Splits] = {}
-        """Iterations' split plans, made once (``_splits_of``)."""
+        self._split_plans: dict[tuple[str, int | None, int], Splits] = {}
+        """Split plans by dataset, seed and repetition, made once (``_splits_of``)."""
         self.requests_total = 0
         self.errors_total = 0
         self.splits_total = 0
@@ -141,6 +145,9 @@ class DispatcherState:
         self.autoscaler = autoscale.Autoscaler()
         self.draining: set[int] = set()
         """Workers leaving: they get no new task and do not count as supply."""
+        self._fills: dict[int, float] = {}
+        """Each worker's last ``buffer_fill`` (supply), kept as it arrives: the
+        autoscaler's signals sum them, never walking every worker's stats."""
         self.reads: dict[int, readers.Reads] = {}
         """Each consumer's reported waits and reads over the last minute (demand)."""
         self.ignored_errors: dict[int, dict[int, tuple[int, str]]] = {}
@@ -189,6 +196,7 @@ class DispatcherState:
         if isinstance(event, ev.WorkerRemoved):
             worker = self.records.workers.get(event.worker_id)
             self.worker_samples.pop(event.worker_id, None)
+            self._fills.pop(event.worker_id, None)
             self.held_pipelines.pop(event.worker_id, None)
             self.save_runs.worker_lost(event.worker_id)
             self.draining.discard(event.worker_id)
@@ -355,32 +363,26 @@ class DispatcherState:
             self._gc_due = now + self.config.job_gc_check_interval_ms / 1000
             self._collect_iterations(now)
         if now >= self._autoscale_due:
-            self._autoscale_due = now + AUTOSCALE_EVERY_S
+            peers = len(self.records.workers) + len(self.records.clients)
+            every = max(AUTOSCALE_EVERY_S, peers / AUTOSCALE_PEERS_PER_S)
+            self._autoscale_due = now + every
             self.autoscaler.observe(self._signals(now))
         self._close_trace(now)
         return out
 
     def _signals(self, now: float) -> autoscale.Signals:
         """Demand and supply now: what the autoscaler observes."""
-        live = [w for w in self.records.workers if w not in self.draining]
-        fills = [
-            fill
-            for fill in (
-                self.worker_samples[w].stats.get("buffer_fill")
-                for w in live
-                if w in self.worker_samples
-            )
-            if isinstance(fill, int | float) and not isinstance(fill, bool)
-        ]
-        reads = self.reads
-        starved = [
-            reads[c].last_starved if c in reads else 0.0 for c in self.records.clients
-        ]
+        fills, draining = self._fills, self.draining
+        total, count = sum(fills.values()), len(fills)
+        for worker_id in draining & fills.keys():  # (few)
+            total, count = total - fills[worker_id], count - 1
+        # (a consumer not heard yet waited 0: as none may have, the max is >= 0)
+        starved = max((r.last_starved for r in self.reads.values()), default=0.0)
         return autoscale.Signals(
             now,
-            len(live),
-            max(starved, default=None),
-            _fraction(sum(fills) / len(fills)) if fills else None,
+            len(self.records.workers) - len(draining),
+            starved if self.records.clients else None,
+            _fraction(total / count) if count else None,
         )
 
     def _drop_silent(self, now: float, out: list[Outgoing]) -> float:
@@ -577,6 +579,9 @@ class DispatcherState:
             self.worker_samples[worker.worker_id] = samples.sample(
                 previous, stats, now, msg.request_id, values
             )
+            fill = stats.get("buffer_fill")
+            if isinstance(fill, int | float) and not isinstance(fill, bool):
+                self._fills[worker.worker_id] = fill
             if msg.pipelines or not msg.base:
                 self.held_pipelines[worker.worker_id] = frozenset(msg.pipelines)
             self._note_ignored_errors(stats)
@@ -627,32 +632,37 @@ class DispatcherState:
                 f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
                 f"got {msg.max_splits}"
             )
+        worker = self.records.workers.get(task.worker_id)
+        if worker is not None:  # its task asking: the worker is alive
+            worker.last_seen = now  # liveness, not state: no event
         dataset = self.records.datasets[job.dataset_id]
         if job.dealt:
-            return [(peer, self._deal_split(dataset, job, iteration, task, msg))]
-        tracked = self.records.tracked(iteration)
-        splits = self._splits_of(iteration, source, job.seed)
-        reply, handed = splits.answer(iteration, task, msg, tracked)
-        if handed is not None:
-            self.apply(handed)
-            self.splits_total += len(reply.splits)
+            reply = self._deal_split(dataset, job, iteration, task, msg)
+        else:
+            tracked = self.records.tracked(iteration)
+            splits = self._splits_of(job, source, iteration.repetition)
+            reply, handed = splits.answer(iteration, task, msg, tracked)
+            if handed is not None:
+                self.apply(handed)
+                self.splits_total += len(reply.splits)
+        ceiling_ms = replies.worker_heartbeat_max_ms(self.config)
+        reply.period_ms = split_period_ms(len(self.records.workers), ceiling_ms)
         return [(peer, reply)]
 
-    def _splits_of(
-        self, iteration: model.Iteration, source: Node, seed: int | None
-    ) -> Splits:
-        """``iteration``'s split plan, made once (a source's cardinality is not free).
+    def _splits_of(self, job: model.Job, source: Node, repetition: int) -> Splits:
+        """The split plan of ``job``'s ``repetition``, made once.
 
-        Not state: a plan is a function of the dataset, the seed and the
-        repetition; at most ``SPLIT_PLANS_KEPT`` are kept.
+        A source's cardinality is not free. Not state: a plan is a function
+        of the dataset, the seed and the repetition, so the jobs of one
+        dataset and seed share it; at most ``SPLIT_PLANS_KEPT`` are kept.
         """
-        plans = self._split_plans
-        splits = plans.get(iteration.iteration_id)
+        plans, key = self._split_plans, (job.dataset_id, job.seed, repetition)
+        splits = plans.get(key)
         if splits is None:
             if len(plans) >= SPLIT_PLANS_KEPT:
                 del plans[next(iter(plans))]
-            splits = Splits.of(source, seed, iteration.repetition)
-            plans[iteration.iteration_id] = splits
+            splits = Splits.of(source, job.seed, repetition)
+            plans[key] = splits
         return splits
 
     def _deal_split(

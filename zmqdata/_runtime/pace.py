@@ -10,18 +10,21 @@ how many peers sit idle (docs/performance.md, The control plane at scale).
   finished tasks, round or multi-rank position and its trainer did not wait,
   and the dispatcher answered ``IterationState.unchanged`` (a trainer that
   shares traces is never quiet: it hears of windows). Its ceiling is
-  80% of its silence threshold (half the dispatcher's ``fence_timeout_ms``:
-  2 s by default), so a quiet reader is never taken for a frozen one
-  (docs/reliability.md, Silent consumers); elements received bring the next
+  80% of the dispatcher's ``fence_timeout_ms`` (4 s by default), so the
+  dispatcher never stops waiting for its fence; past half of it, it holds
+  what arrives for one round trip (docs/reliability.md, Silent consumers;
+  ``_client/core.py`` ``quiet_ceiling_s``); elements received bring the next
   heartbeat back to one base interval after the last, so acknowledgements
   wait no longer than before.
 * A worker's heartbeat is quiet when its tasks, pipelines and draining were
   as in the last one and the answer brought nothing to do. Its ceiling is the
   dispatcher's (``RegisterWorkerReply.heartbeat_max_ms``, a quarter of
   ``worker_timeout_ms``): a quiet worker still heartbeats four times per
-  timeout. A dispatcher that names none keeps the worker at its base. A trace
-  window wakes every worker (a heartbeat reply that answers no request): it
-  heartbeats at once and hears of the window with its clock.
+  timeout, or asks for splits as often (a split request shows it alive: its
+  heartbeat then waits, ``_worker/server.py`` ``STRETCH``). A dispatcher
+  that names none keeps the worker at its base. A trace window wakes every
+  worker (a heartbeat reply that answers no request): it heartbeats at once
+  and hears of the window with its clock.
 
 >>> pace = HeartbeatPace(0.1, quiet_max_s=0.8)
 >>> [pace.after(changed=False) for _ in range(5)]

@@ -10,11 +10,12 @@ from a script or a test leaves its process as it is). Measured with
   every reply (10,000 context switches a second at 8,000 requests a second:
   a quarter of the CPU); a batch thread runs when the loop waits and writes
   a wake-up's replies together.
-* Python's cyclic garbage collector runs its youngest generation every
-  ``GC_YOUNG`` allocations instead of 700: the objects of a request die young
-  (reference counts free them), while the tables of 10,000 peers made each
-  collection long; 4-8% of the dispatcher's time went to it at 10,000 peers,
-  under 1.5% so.
+* Python's cyclic garbage collector is run by the dispatcher's loop, small
+  and often (``YoungCollector``), not by allocation counts: at 10,000 peers
+  each heartbeat replaces objects that live until the next one (a worker's
+  stats and rates), and Python counts allocations less deallocations, so that
+  churn let the youngest generation grow to every peer's objects before it
+  was collected: 130,000 objects, a 100 ms pause every 4 s, the whole p99.
 """
 
 from __future__ import annotations
@@ -28,16 +29,70 @@ import zmq
 
 from zmqdata._runtime.loop import context
 
-GC_YOUNG = 50_000
-"""Allocations (less deallocations) between two collections of the youngest
-generation (Python's default: 700); the older generations keep their ratios."""
+YOUNG_EVERY_S = 0.1
+"""How often ``YoungCollector`` collects the youngest generation."""
+FULL_EVERY_S = 3600.0
+"""How often it collects everything, frozen objects included."""
+
+_fleet = False
+"""Whether this process serves a fleet (``serve_a_fleet`` was called)."""
 
 
 def serve_a_fleet() -> None:
-    """Tunes this process for a dispatcher serving many peers (see the module)."""
+    """Tunes this process for a dispatcher serving many peers (see the module).
+
+    Its dispatcher's loop then collects garbage itself (``collector``).
+    """
+    global _fleet
     batch_io_threads()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, older, oldest)
+    gc.disable()
+    _fleet = True
+
+
+class YoungCollector:
+    """Python's cyclic collector run at a loop's ticks: often, small, bounded.
+
+    Every ``YOUNG_EVERY_S`` the youngest generation is collected (what a
+    tenth of a second made: about 3,000 objects, 3 ms, at 10,000 peers) and
+    what survives is frozen (``gc.freeze``): never scanned again nor promoted
+    to an older generation, still freed by its reference count. Every
+    ``FULL_EVERY_S`` everything is unfrozen and collected once, for cycles
+    among frozen objects (a dispatcher's steady state makes none). ``close``
+    gives the process its automatic collector back.
+
+    >>> collector = YoungCollector(now=0.0)
+    >>> collector.tick(0.05), collector.tick(0.1), collector.tick(3600.0)
+    (None, 0, 2)
+    >>> collector.close()
+    """
+
+    def __init__(self, now: float) -> None:
+        self._young_due = now + YOUNG_EVERY_S
+        self._full_due = now + FULL_EVERY_S
+
+    def tick(self, now: float) -> int | None:
+        """Collects if due: the generation collected (None: none was due)."""
+        if now >= self._full_due:
+            self._full_due = now + FULL_EVERY_S
+            gc.unfreeze()
+            generation = 2
+        elif now >= self._young_due:
+            generation = 0
+        else:
+            return None
+        gc.collect(generation)
+        gc.freeze()
+        self._young_due = now + YOUNG_EVERY_S
+        return generation
+
+    def close(self) -> None:
+        gc.unfreeze()
+        gc.enable()
+
+
+def collector(now: float) -> YoungCollector | None:
+    """A ``YoungCollector`` for a fleet's dispatcher loop; None elsewhere."""
+    return YoungCollector(now) if _fleet else None
 
 
 def batch_io_threads(ctx: zmq.Context[Any] | None = None) -> None:

@@ -66,6 +66,7 @@ ADDED_IN: dict[str, int] = {
     "iteration_state.unchanged": 6,
     "client_heartbeat.known": 6,
     "iteration_state.fence_timeout_ms": 6,
+    "get_split_reply.period_ms": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
@@ -221,6 +222,10 @@ class GetSplitReply(Message):
     (a worker drops what it still holds of them). Splits are then
     ``[repetition, lo, hi, ordinal, skip]``: the first ``skip`` elements the
     split makes are not kept (every consumer has them)."""
+    period_ms: int = 0
+    """Ask no more often than this: take enough splits to last it (a large
+    fleet's workers ask less often, each for more; ``_dispatcher/splits.py``
+    ``split_period_ms``). 0: as often as the round trip makes worthwhile."""
 
 
 # ------------------------------------------------------------------ clients

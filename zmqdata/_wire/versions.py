@@ -143,11 +143,19 @@ class Spoken(Generic[K]):
         self._limit = limit
 
     def heard(self, peer: K, version: int) -> None:
-        """``peer`` sent a message of ``version``."""
-        self._versions[peer] = version
-        self._versions.move_to_end(peer)
-        if len(self._versions) > self._limit:
-            self._versions.popitem(last=False)
+        """``peer`` sent a message of ``version``.
+
+        Under half the limit, a version heard again changes nothing (the
+        order matters only for what goes past the limit): the common case
+        costs a lookup.
+        """
+        versions = self._versions
+        if len(versions) < self._limit // 2 and versions.get(peer) == version:
+            return
+        versions[peer] = version
+        versions.move_to_end(peer)
+        if len(versions) > self._limit:
+            versions.popitem(last=False)
 
     def known(self, peer: K) -> int | None:
         """The version ``peer`` spoke last, None if not heard (lately)."""

@@ -50,6 +50,10 @@ DRAIN_TIMEOUT_S = 8.0
 """How long ``WorkerServer.drain`` waits for consumers to read the buffers."""
 LEAVE_TIMEOUT_S = 1.0
 """How long a drained worker waits for the dispatcher to take its leave."""
+STRETCH = 4
+"""A quiet worker whose tasks ask for splits skips heartbeats (each split
+request shows the dispatcher it lives), yet sends its stats at least every
+this many quiet intervals."""
 
 
 class _ControlLoop(PollLoop):
@@ -91,6 +95,8 @@ class _ControlLoop(PollLoop):
         self._next_send = 0.0
         self._backoff = Backoff(0.05, max(0.05, self._heartbeat_s))
         self._last_reply = time.monotonic()
+        self._unanswered_since: float | None = None
+        """When the first message the dispatcher has not answered yet went out."""
         self._next_warning = 0.0
         self._handshake_error: str | None = None
         self._dispatcher_version = PeerVersion()
@@ -123,9 +129,12 @@ class _ControlLoop(PollLoop):
 
     def _send(self, message: m.Message) -> None:
         # Never block the loop (and so stop()) on a dispatcher that is gone.
-        data = self._dispatcher_version.encode(message, time.monotonic())
+        now = time.monotonic()
+        data = self._dispatcher_version.encode(message, now)
         with contextlib.suppress(zmq.Again):
             self._dealer.send(data, zmq.NOBLOCK)
+        if self._unanswered_since is None:
+            self._unanswered_since = now
 
     def _register(self) -> None:
         self._request_id += 1
@@ -157,6 +166,7 @@ class _ControlLoop(PollLoop):
                 logger.warning("bad message from the dispatcher: %s", error)
                 continue
             self._last_reply = time.monotonic()
+            self._unanswered_since = None
             self._next_warning, self._handshake_error = 0.0, None
             self._take(message, version)
 
@@ -235,10 +245,13 @@ class _ControlLoop(PollLoop):
             else:
                 self._register()
             return
-        self._request_id += 1
         runners = self._runners.snapshot()
         tasks = [[r.task_id, r.drained] for r in runners]
         held = self._pipelines.held()
+        reported = (tasks, held, self._draining)
+        if reported == self._reported and self._alive_by_splits(now, runners):
+            return
+        self._request_id += 1
         base, stats, pipelines = self._deltas.outgoing(
             worker_stats(self._data, self._runners, runners), held
         )
@@ -257,12 +270,37 @@ class _ControlLoop(PollLoop):
         self._send(heartbeat)
         if leaving:
             self._leave_request = self._request_id
-        reported = (tasks, held, self._draining)
         self._quiet = self._request_id if reported == self._reported else None
         if self._quiet is None:
             self._pace.reset()
         self._reported, self._last_send = reported, now
         self._next_send = now + self._pace.interval
+
+    def _alive_by_splits(self, now: float, runners: list[TaskRunner]) -> bool:
+        """Whether a quiet heartbeat may wait (then pushes it back).
+
+        It may when a task asked for splits within the interval, which showed
+        the dispatcher this worker lives (protocol 6 on), for ``STRETCH``
+        intervals at most.
+        """
+        if (
+            self._quiet is None
+            or self._pace.interval < self._pace.max_s
+            or self._dispatcher_version.version
+            < m.ADDED_IN["get_split_reply.period_ms"]
+        ):
+            return False
+        asked = max(
+            (r.splits.asked_at for r in runners if r.splits is not None),
+            default=float("-inf"),
+        )
+        due = min(
+            asked + self._pace.interval, self._last_send + STRETCH * self._pace.max_s
+        )
+        if due <= now:
+            return False
+        self._next_send = due
+        return True
 
     def _report_trace(self) -> None:
         """Sends the spans of a trace window once it is over."""
@@ -288,7 +326,7 @@ class _ControlLoop(PollLoop):
         """
         if not self.drain_requested.is_set():
             return False
-        if now - self._last_reply > max(1.0, 3 * self._pace.max_s):
+        if self._silent_s(now) > max(1.0, 3 * self._pace.max_s):
             self.left.set()  # no dispatcher to tell: nothing to hand back
             return False
         if not self._draining:
@@ -310,8 +348,13 @@ class _ControlLoop(PollLoop):
         except PermissionDeniedError as error:
             self._handshake_error = error.message
 
+    def _silent_s(self, now: float) -> float:
+        """How long the dispatcher has left a message unanswered."""
+        since = self._unanswered_since
+        return 0.0 if since is None else now - since
+
     def _warn_if_silent(self, now: float) -> None:
-        silent_s = now - self._last_reply
+        silent_s = self._silent_s(now)
         if (
             silent_s < max(WARN_AFTER_S, 3 * self._pace.max_s)
             or now < self._next_warning

@@ -6,7 +6,9 @@ for cheap splits is as long as the work itself; asking for many at a time
 leaves other workers idle at the end of an epoch. So the batch is sized from
 what is measured: enough splits that a round trip costs at most
 ``1 / ROUND_TRIPS_PER_BATCH`` of the time they take to process, growing at most
-twofold per request, never above ``MAX_BATCH``. Pure logic (times are given).
+twofold per request, never above ``MAX_BATCH``. A busy dispatcher also names
+a period (``GetSplitReply.period_ms``: a large fleet asks less often): enough
+splits to last it. Pure logic (times are given).
 
 >>> batch = SplitBatch()
 >>> batch.size(now=0.0)          # nothing measured yet: one split
@@ -33,6 +35,7 @@ class SplitBatch:
         self._fetched_at: float | None = None
         self._count = 0
         self._rtt_s = 0.0
+        self._period_s = 0.0
 
     def size(self, now: float, left: int = 0) -> int:
         """How many splits to ask for now.
@@ -50,13 +53,28 @@ class SplitBatch:
             taken = self._count - left
             per_split = max(now - self._fetched_at, 1e-6) / taken
             # (less a hair, so float noise on an exact ratio does not round up)
-            wanted = math.ceil(ROUND_TRIPS_PER_BATCH * self._rtt_s / per_split - 1e-6)
+            wanted = math.ceil(
+                max(ROUND_TRIPS_PER_BATCH * self._rtt_s, self._period_s) / per_split
+                - 1e-6
+            )
             self._size = max(1, min(wanted, 2 * self._size, MAX_BATCH))
         self._asked_at = now
         return self._size
 
-    def fetched(self, count: int, now: float) -> None:
-        """``count`` splits arrived at ``now`` in answer to the last request."""
+    def fetched(self, count: int, now: float, period_s: float = 0.0) -> None:
+        """``count`` splits arrived at ``now`` for the last request.
+
+        Its answer named the dispatcher's ``period_s`` (0: none).
+
+        >>> batch = SplitBatch()
+        >>> batch.size(now=0.0), batch.fetched(1, now=0.001, period_s=2.5)
+        (1, None)
+        >>> batch.size(now=1.0), batch.fetched(2, now=1.001, period_s=2.5)
+        (2, None)
+        >>> batch.size(now=3.0)  # 1 s a split: enough for 2.5 s (doubling at most)
+        3
+        """
         if self._asked_at is not None:
             self._rtt_s = now - self._asked_at
         self._fetched_at, self._count = now, count
+        self._period_s = period_s

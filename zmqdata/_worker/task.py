@@ -133,6 +133,9 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
+        self.asked_at = float("-inf")
+        """When the last split request went out (monotonic): the dispatcher
+        counts it as the worker's sign of life."""
 
     def next_split(self) -> Split | None:
         """The next split; a draining worker asks for none (``Cancelled``).
@@ -223,7 +226,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         """Queues the splits of ``reply`` (their keys noted as handed)."""
         self._got_split = True
         self._fetched = len(reply.splits)
-        self._batch.fetched(len(reply.splits), time.monotonic())
+        self._batch.fetched(len(reply.splits), time.monotonic(), reply.period_ms / 1000)
         if self._dealt:
             self._splits.extend(reply.splits)
             return
@@ -238,6 +241,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
     def _request(self, left: int = 0) -> m.GetSplit:
         """The next split request (``left``: splits still queued as it is sent)."""
         self._request_id += 1
+        self.asked_at = time.monotonic()
         return m.GetSplit(
             request_id=self._request_id,
             iteration_id=self._iteration_id,
@@ -312,6 +316,8 @@ class TaskRunner:
     """The worker's tracer: per-op spans while a trace window is open."""
     profile: profiling.Profile | None = None
     """Its pipeline's per-op statistics (``_dataset/profile.py``), once it runs."""
+    splits: RemoteSplitProvider | None = None
+    """DYNAMIC: where its splits come from, once it runs."""
 
     def __init__(
         self,
@@ -467,7 +473,7 @@ class TaskRunner:
             ctx = IterContext()
             marks = Marks() if self.tracked and expands_below(root) else None
             if task.processing_mode == ShardingPolicy.DYNAMIC:
-                provider = RemoteSplitProvider(
+                self.splits = provider = RemoteSplitProvider(
                     self._dispatcher,
                     task.iteration_id,
                     self.task_id,
