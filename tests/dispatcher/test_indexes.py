@@ -9,8 +9,9 @@ times out at the same tick as with a scan at every tick.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
+
+import pytest
 
 import zmqdata as zd
 from zmqdata._config import DispatcherConfig
@@ -22,19 +23,8 @@ from zmqdata._wire import messages as m
 
 
 def check_indexes(records: ClusterRecords) -> None:
-    """The indexes hold exactly what the tables say."""
-    by_worker: dict[int, dict[int, Any]] = defaultdict(dict)
-    for task in records.tasks.values():
-        by_worker[task.worker_id][task.task_id] = task
-    assert records.worker_tasks == dict(by_worker)
-    at: dict[str, set[int]] = defaultdict(set)
-    for worker in records.workers.values():
-        at[worker.worker_address].add(worker.worker_id)
-    assert records.workers_at == dict(at)
-    processes: dict[str, set[int]] = defaultdict(set)
-    for worker in records.workers.values():
-        processes[worker.local_process].add(worker.worker_id)
-    assert records.workers_in == dict(processes)
+    """The indexes hold exactly what the tables say (and every other invariant)."""
+    records.validate()
 
 
 def register(
@@ -136,3 +126,16 @@ def test_a_local_read_gives_tasks_to_the_workers_of_its_processes_only():
     read("p1")  # joins: its process's worker gets a task too
     assert served() == [ids["p0", 7001], ids["p1", 7002], ids["p0", 7003]]
     check_indexes(state.records)
+
+
+def test_validate_names_each_broken_invariant():
+    state = DispatcherState(DispatcherConfig())
+    register(state, b"w0", 7000, 0.0, process="p")
+    records = state.records
+    records.workers_at["h:9"] = {99}  # an index entry for no worker
+    records.next_id = 1  # ids handed out again
+    with pytest.raises(AssertionError, match=r"workers_at.*next_id"):
+        records.validate()
+    del records.workers_at["h:9"]
+    records.next_id = 2
+    records.validate()

@@ -19,6 +19,7 @@ from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import journal as journal_module
 from zmqdata._dispatcher import snapshot
 from zmqdata._dispatcher.journal import (
+    MAGIC,
     Journal,
     JournalSink,
     decode_event,
@@ -74,8 +75,9 @@ def test_a_torn_last_record_is_cut_off(tmp_path):
 
 def test_a_corrupt_record_refuses_to_replay(tmp_path):
     record = encode_event(ev.TaskFinished(1))
-    (tmp_path / "journal-0.log").write_bytes(record[:4] + b"\xc1" * (len(record) - 4))
-    with Journal(str(tmp_path)) as journal, pytest.raises(FailedPreconditionError):
+    damaged = MAGIC + record[:4] + b"\xc1" * (len(record) - 4)
+    (tmp_path / "journal-0.log").write_bytes(damaged)
+    with pytest.raises(FailedPreconditionError), Journal(str(tmp_path)) as journal:
         list(journal.replay())
 
 

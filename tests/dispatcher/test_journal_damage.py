@@ -1,4 +1,4 @@
-"""A damaged journal: checksums, torn tails, repair, legacy files, a full disk."""
+"""A damaged journal: checksums, torn tails, repair, pre-0.1 files, a full disk."""
 
 from __future__ import annotations
 
@@ -125,33 +125,21 @@ def test_an_undecodable_record_with_a_good_checksum_is_repaired_too(tmp_path):
     assert replayed(tmp_path) == EVENTS[:3]
 
 
-def test_a_journal_without_checksums_is_replayed_and_rewritten_at_once(tmp_path):
-    """Journals written before records had checksums: length-prefixed msgpack."""
+def test_a_journal_from_before_checksums_is_refused_and_repair_starts_afresh(tmp_path):
+    """Length-prefixed msgpack without ``MAGIC`` (before zmqdata 0.1): refused."""
     pipeline = graph.serialize(zd.Dataset.range(10)._node)
     events = [ev.DatasetRegistered(name, pipeline, name, None, b"") for name in "ab"]
-    (tmp_path / "journal-0.log").write_bytes(
-        b"".join(
-            len(payload := encode_event(event)[12:]).to_bytes(4, "big") + payload
-            for event in events
-        )
+    old = b"".join(
+        len(payload := encode_event(event)[12:]).to_bytes(4, "big") + payload
+        for event in events
     )
-    config = DispatcherConfig(work_dir=str(tmp_path), fault_tolerant_mode=True)
-    with Journal(str(tmp_path)) as journal:
-        assert set(DispatcherState(config, JournalSink(journal)).records.datasets) == {
-            "a",
-            "b",
-        }
-        assert journal.generation == 1  # compacted: a snapshot and a new journal
-    assert not (tmp_path / "journal-0.log").exists()
-    assert (tmp_path / "journal-1.log").read_bytes() == MAGIC
-    with Journal(str(tmp_path)) as journal:
-        assert set(DispatcherState(config, JournalSink(journal)).records.datasets) == {
-            "a",
-            "b",
-        }
-
-
-# ------------------------------------------------------------------ a full disk
+    (tmp_path / "journal-0.log").write_bytes(old)
+    with pytest.raises(JournalCorruptError, match=r"before zmqdata 0\.1"):
+        replayed(tmp_path)
+    repair(str(tmp_path))
+    assert replayed(tmp_path) == []
+    [backup] = tmp_path.glob("journal-0.log.bak-*")
+    assert backup.read_bytes() == old
 
 
 @pytest.fixture

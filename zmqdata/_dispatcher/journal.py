@@ -26,8 +26,8 @@ writes ``snapshot-(g+1)`` atomically (temporary file, fsync, rename, fsync of
 the directory), then starts ``journal-(g+1).log`` and deletes generation ``g``.
 A crash at any point leaves either the old generation or the new one whole,
 and opening picks the newest snapshot, so no event is applied twice. A journal
-written before records had checksums (no ``MAGIC``) is replayed as it was
-written and compacted at once.
+without ``MAGIC`` (one from before zmqdata 0.1, whose records had no
+checksums) is refused: zmqdata 0.1's dispatcher rewrites it when it starts.
 
 ``JournalSink`` puts a ``Journal`` behind ``DispatcherState``: it restores the
 records at start (and after a failed commit), collects each event, commits
@@ -73,7 +73,6 @@ COMPACT_MIN_EVENTS = 10_000
 snapshot it follows (so snapshot writes cost at most as much as the appends)."""
 MAGIC = b"zmqdata journal 2\n"
 _HEADER = struct.Struct(">III")
-_LEGACY_LENGTH = struct.Struct(">I")
 _EVENTS: dict[str, type[Any]] = {cls.__name__: cls for cls in typing.get_args(ev.Event)}
 _FIELDS: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(field.name for field in dataclasses.fields(cls))
@@ -125,7 +124,6 @@ class _Scan:
     """(offset, payload) of each whole record."""
     valid_bytes: int
     """Where the whole records end (a torn tail starts here)."""
-    legacy: bool = False
 
 
 def _scan(path: Path) -> _Scan:
@@ -134,7 +132,12 @@ def _scan(path: Path) -> _Scan:
     if not data.startswith(MAGIC):
         if MAGIC.startswith(data):  # empty, or a crash while the magic was written
             return _Scan([], 0)
-        return _scan_legacy(path, data)
+        raise JournalCorruptError(
+            path,
+            0,
+            "no journal header: not a journal, or one from before zmqdata 0.1, "
+            "which a 0.1 dispatcher rewrites when it starts",
+        )
     records: list[tuple[int, bytes]] = []
     offset = len(MAGIC)
     while (payload := _record_at(path, data, offset)) is not None:
@@ -159,20 +162,6 @@ def _record_at(path: Path, data: bytes, offset: int) -> bytes | None:
     if _crc(payload) != payload_crc:
         raise JournalCorruptError(path, offset, "record checksum mismatch")
     return payload
-
-
-def _scan_legacy(path: Path, data: bytes) -> _Scan:
-    """A journal of length-prefixed records without checksums (before MAGIC)."""
-    records: list[tuple[int, bytes]] = []
-    offset = 0
-    while offset + _LEGACY_LENGTH.size <= len(data):
-        (length,) = _LEGACY_LENGTH.unpack_from(data, offset)
-        end = offset + _LEGACY_LENGTH.size + length
-        if end > len(data):
-            break
-        records.append((offset, data[offset + _LEGACY_LENGTH.size : end]))
-        offset = end
-    return _Scan(records, offset, legacy=True)
 
 
 def _generation(path: Path) -> int:
@@ -200,7 +189,6 @@ class Journal:
         """Records added since the last commit (written by ``commit``)."""
         self.commits = 0
         """Commits that wrote something (one write and one fsync each)."""
-        self._legacy = scan.legacy
         self._valid_bytes = scan.valid_bytes
         self._cut_torn_tail()
         self._fd = self._open_for_append(self.path)
@@ -242,7 +230,7 @@ class Journal:
     def _open_for_append(self, path: Path) -> int:
         """An append descriptor (unbuffered, so a failed write leaves nothing queued)."""
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if self._valid_bytes == 0 and not self._legacy:
+        if self._valid_bytes == 0:
             self._write(fd, MAGIC)
             self._valid_bytes = len(MAGIC)
         return fd
@@ -314,11 +302,8 @@ class Journal:
 
     @property
     def wants_compaction(self) -> bool:
-        """Whether replaying the journal now costs more than writing a snapshot.
-
-        Always true for a journal without checksums (rewritten at once).
-        """
-        return self._legacy or (
+        """Whether replaying the journal now costs more than writing a snapshot."""
+        return (
             self.events >= COMPACT_MIN_EVENTS
             and self._valid_bytes >= self._snapshot_bytes
         )
@@ -353,7 +338,6 @@ class Journal:
         self._remove_other_generations()
         self.path = self._journal_path(generation)
         self.events = self._valid_bytes = 0
-        self._legacy = False
         self._fd = self._open_for_append(self.path)
         self._sync_directory()
         self._snapshot_bytes = len(snapshot)

@@ -152,8 +152,7 @@ class Splits:
     def _again(self, iteration: model.Iteration, task: model.Task) -> list[list[int]]:
         """The splits ``task``'s last request got (``model.Task.last_split``)."""
         assert task.last_split is not None
-        _, repetition, index, *rest = task.last_split
-        count = rest[0] if rest else 1  # a state from before counts: one split
+        _, repetition, index, count = task.last_split
         if count == 0:
             return self.handed(task.last_keys)
         done = iteration.done
