@@ -101,7 +101,7 @@ class Dealt:
                 heartbeat(self.state, other, worker_id, [], now=now - 0.6)
         for client in self.clients:
             if client in self.records.clients:
-                self.records.clients[client].last_seen = now
+                self.state.liveness.heard_client(client, now)
         return self.state.tick(now=now)
 
     def workers(self) -> dict[str, int]:

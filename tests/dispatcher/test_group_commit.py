@@ -167,7 +167,7 @@ def test_a_failed_commit_keeps_liveness_and_the_tick_retries(journal, monkeypatc
     timeout = state.config.worker_timeout_ms / 1000
     assert state.tick(timeout + 1) == []  # the removal cannot be kept...
     assert list(state.records.workers) == [1]  # ...so it waits
-    assert state.records.workers[1].last_seen == 0.0  # not refreshed by the roll back
+    assert state.liveness.worker_seen(1) == 0.0  # not refreshed by the roll back
     failing.clear()
     state.tick(timeout + 1)
     assert state.records.workers == {}

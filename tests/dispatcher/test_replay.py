@@ -38,13 +38,12 @@ class RecordingState(DispatcherState):
 
 
 def tables(records: ClusterRecords) -> dict[str, Any]:
-    """The state without liveness times (heartbeats are not events)."""
+    """The state without its peers' connections and derived fields."""
 
     def plain(table: dict[Any, Any]) -> dict[Any, Any]:
         out = {}
         for key, record in table.items():
             fields = dataclasses.asdict(record)
-            fields.pop("last_seen", None)
             fields.pop("peer", None)
             fields.pop("split_source", None)
             out[key] = fields

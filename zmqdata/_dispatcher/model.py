@@ -29,7 +29,6 @@ class Worker:
     tags: list[str]
     local_process: str
     inproc_address: str
-    last_seen: float
     index: int | None = None
     """Position of ``worker_address`` in ``DispatcherConfig.worker_addresses``."""
 
@@ -208,7 +207,6 @@ class Iteration:
 class Client:
     client_id: int
     iteration_id: int
-    last_seen: float
     owner: str = ""
     """CurveZMQ: the public key that acquired it (``ClientAcquired.owner``)."""
 

@@ -183,14 +183,10 @@ class ClusterRecords:
         return self.jobs[iteration.job_id].exactly_once
 
     def restart_clocks(self, now: float) -> None:
-        """After a replay every peer counts as just seen, as in tf.data.
+        """After a replay job GC counts from ``now``, as peers' liveness does.
 
         Times in the journal come from the previous process's clock.
         """
-        for worker in self.workers.values():
-            worker.last_seen = now
-        for client in self.clients.values():
-            client.last_seen = now
         for iteration in self.iterations.values():
             if iteration.last_client_released is not None:
                 iteration.last_client_released = now
@@ -226,7 +222,6 @@ class ClusterRecords:
             tags=list(e.tags),
             local_process=e.local_process,
             inproc_address=e.inproc_address,
-            last_seen=e.now,
             index=e.index,
         )
         self.add_worker(worker)
@@ -428,9 +423,7 @@ class ClusterRecords:
         iteration.schedule.append((start, sorted(task_ids)))
 
     def _client_acquired(self, e: ev.ClientAcquired) -> None:
-        self.clients[e.client_id] = model.Client(
-            e.client_id, e.iteration_id, e.now, e.owner
-        )
+        self.clients[e.client_id] = model.Client(e.client_id, e.iteration_id, e.owner)
         self.iterations[e.iteration_id].clients.add(e.client_id)
         self._remember(e.request_key, e.client_id)
 

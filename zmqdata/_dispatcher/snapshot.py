@@ -94,6 +94,7 @@ def load(records: ClusterRecords, data: bytes) -> None:
 
 
 def _worker(row: dict[str, Any]) -> model.Worker:
+    row.pop("last_seen", None)  # 0.1's snapshots: liveness, now beside the records
     return model.Worker(**row)
 
 
@@ -126,4 +127,5 @@ def _task(row: dict[str, Any]) -> model.Task:
 
 
 def _client(row: dict[str, Any]) -> model.Client:
+    row.pop("last_seen", None)  # as ``_worker``
     return model.Client(**row)

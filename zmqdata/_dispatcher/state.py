@@ -56,6 +56,7 @@ from zmqdata._dispatcher import (
     traces,
 )
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.liveness import Liveness
 from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits, split_period_ms
@@ -126,8 +127,8 @@ class DispatcherState:
         self._last_tick = now  # liveness too: a late tick is a stall of our own
         self._awake_since = now  # fence timeouts count from here at the earliest
         self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
-        self._left_seen: dict[tuple[str, int], float] = {}
-        """When each peer that left in this group was last seen (for a roll back)."""
+        self.liveness = Liveness(now)
+        """When each peer was last heard from (beside the records: ``liveness.py``)."""
         self._key = ""
         """The CurveZMQ public key of the request being handled ("": plain)."""
         # Metrics, not state: like heartbeat times, none of these is an event.
@@ -186,27 +187,26 @@ class DispatcherState:
         self._sink.append(event)
         if isinstance(event, ev.WorkerRemoved | ev.ClientReleased):
             self._leaving(event)
+        elif isinstance(event, ev.WorkerRegistered):
+            self.liveness.heard_worker(event.worker_id, event.now)
+        elif isinstance(event, ev.ClientAcquired):
+            self.liveness.heard_client(event.client_id, event.now)
         self.records.apply(event)
 
     def _leaving(self, event: ev.WorkerRemoved | ev.ClientReleased) -> None:
-        """Remembers when a leaving peer was last seen (for a roll back).
+        """A leaving worker's stats go, a leaving client's reads.
 
-        A leaving worker's stats go.
+        Their liveness entries stay until the next scan: a failed group puts
+        them back in the records, heard when they were.
         """
         if isinstance(event, ev.WorkerRemoved):
-            worker = self.records.workers.get(event.worker_id)
             self.worker_samples.pop(event.worker_id, None)
             self._fills.pop(event.worker_id, None)
             self.held_pipelines.pop(event.worker_id, None)
             self.save_runs.worker_lost(event.worker_id)
             self.draining.discard(event.worker_id)
-            if worker is not None:
-                self._left_seen[("worker", event.worker_id)] = worker.last_seen
         else:
-            client = self.records.clients.get(event.client_id)
             self.reads.pop(event.client_id, None)
-            if client is not None:
-                self._left_seen[("client", event.client_id)] = client.last_seen
 
     def status(self, now: float | None = None) -> dict[str, Any]:
         """What ``service.get_status`` and ``zmqdata status`` show (ages at ``now``)."""
@@ -222,6 +222,7 @@ class DispatcherState:
             protocols=self.protocols.of_workers(self.records),
             reads=self.reads,
             policy=self.autoscaler.policy,
+            seen=self.liveness.worker_seen,
         )
         return {
             **shown,
@@ -257,7 +258,6 @@ class DispatcherState:
         no reply ever depends on an event that was not kept.
         """
         errors, splits = self.errors_total, self.splits_total
-        self._left_seen.clear()
         keys = keys or [""] * len(requests)
         outgoing = [
             self._handle(peer, message, now, key)
@@ -287,20 +287,12 @@ class DispatcherState:
     def _roll_back(self, now: float) -> None:
         """Back to the records the sink kept, after it failed to keep a group.
 
-        Liveness times are not state: each peer keeps the one it had.
+        Peers' liveness is beside the records: unchanged. Job GC's clock is in
+        them (``last_client_released``): each iteration keeps the one it had.
         """
         before = self.records
         self.records = self._sink.restore(now)
         self._liveness_due = float("-inf")  # scan again: peers may be back
-        for kind, table, old in (
-            ("worker", self.records.workers, before.workers),
-            ("client", self.records.clients, before.clients),
-        ):
-            for key, peer in table.items():
-                if key in old:
-                    peer.last_seen = old[key].last_seen
-                else:
-                    peer.last_seen = self._left_seen.get((kind, key), now)
         for iteration in self.records.iterations.values():
             was = before.iterations.get(iteration.iteration_id)
             if was is not None and was.last_client_released is not None:
@@ -341,7 +333,6 @@ class DispatcherState:
         A journal that cannot be written (a full disk) leaves the state as it
         was; the same work is tried again at the next tick.
         """
-        self._left_seen.clear()
         try:
             outgoing = self._tick(now)
             self._sink.applied(self.records)
@@ -393,19 +384,20 @@ class DispatcherState:
         skip the scan (a tick does not cost O(peers)). Tasks started to
         recover lost keys are added to ``out``.
         """
-        records = self.records
+        records, liveness = self.records, self.liveness
+        liveness.keep_only(records.workers.keys(), records.clients.keys())
         worker_timeout = self.config.worker_timeout_ms / 1000
         for worker in list(records.workers.values()):
-            if now - worker.last_seen > worker_timeout:
+            if now - liveness.worker_seen(worker.worker_id) > worker_timeout:
                 logger.info("worker %s timed out", worker.worker_address)
                 out += self._remove_worker(worker.worker_id)
         client_timeout = self.config.client_timeout_ms / 1000
         for client in list(records.clients.values()):
-            if now - client.last_seen > client_timeout:
+            if now - liveness.client_seen(client.client_id) > client_timeout:
                 logger.info("client %d timed out", client.client_id)
                 out += self._release(client, now)
-        due = [w.last_seen + worker_timeout for w in records.workers.values()]
-        due += [c.last_seen + client_timeout for c in records.clients.values()]
+        due = [liveness.worker_seen(w) + worker_timeout for w in records.workers]
+        due += [liveness.client_seen(c) + client_timeout for c in records.clients]
         due += self._time_out_fences(now, out)
         return min(due, default=now + min(worker_timeout, client_timeout))
 
@@ -425,8 +417,7 @@ class DispatcherState:
             orphans = iteration.orphans.values()
             fenced = False
             for client_id in sorted({c for o in orphans for c in o["waiting"]}):
-                client = self.records.clients[client_id]
-                since = max(client.last_seen, self._awake_since)
+                since = max(self.liveness.client_seen(client_id), self._awake_since)
                 if now - since <= timeout:
                     due.append(since + timeout)
                     continue
@@ -493,7 +484,7 @@ class DispatcherState:
         if same is not None:
             # The same worker again (a retry, or after a fault-tolerant
             # restart): it keeps its id and its tasks, splits included.
-            same.last_seen = now
+            self.liveness.heard_worker(same.worker_id, now)
             return [(peer, self._registered(msg.request_id, same)), *out]
         workers = self.records.workers
         worker_id = self.records.next_id
@@ -571,7 +562,7 @@ class DispatcherState:
             raise NotFoundError(
                 f"worker {msg.worker_id} is not registered; register again"
             )
-        worker.last_seen = now  # liveness, not state: no event
+        self.liveness.heard_worker(worker.worker_id, now)  # not state: no event
         previous = self.worker_samples.get(worker.worker_id)  # metrics, not state
         reported = samples.stats_of(previous, msg)
         if reported is not None:
@@ -634,7 +625,7 @@ class DispatcherState:
             )
         worker = self.records.workers.get(task.worker_id)
         if worker is not None:  # its task asking: the worker is alive
-            worker.last_seen = now  # liveness, not state: no event
+            self.liveness.heard_worker(worker.worker_id, now)
         dataset = self.records.datasets[job.dataset_id]
         if job.dealt:
             reply = self._deal_split(dataset, job, iteration, task, msg)
@@ -905,7 +896,7 @@ class DispatcherState:
         Then finished tasks and the coordinated horizon.
         """
         client = self._client(msg.client_id)
-        client.last_seen = now  # liveness, not state: no event
+        self.liveness.heard_client(client.client_id, now)  # not state: no event
         reads = self.reads.get(client.client_id)
         if reads is None:
             reads = self.reads[client.client_id] = readers.Reads()

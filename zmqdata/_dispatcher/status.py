@@ -15,7 +15,7 @@ source whose splits cannot be counted) leaves a field out rather than fail.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zmqdata._dispatcher import dealing, diagnosis, model
@@ -41,6 +41,7 @@ def render(
     protocols: Mapping[int, int] | None = None,
     reads: Mapping[int, Reads] | None = None,
     policy: Policy | None = None,
+    seen: Callable[[int], float] | None = None,
 ) -> dict[str, Any]:
     """The status of every worker, dataset and job; ``samples``: workers' stats.
 
@@ -51,8 +52,9 @@ def render(
     ``ignored``: by job, then task, the errors ``ignore_errors`` skipped.
     ``protocols``: by worker id, the protocol version it speaks (if known).
 
-    ``now``: the dispatcher's clock, for heartbeat ages and the uptime since
-    ``started`` (both ``None`` without it).
+    ``now``: the dispatcher's clock, for heartbeat ages (``seen``: when a
+    worker was last heard from) and the uptime since ``started`` (``None``
+    without it).
     """
     task_counts: dict[int, int] = {}
     for task in records.tasks.values():
@@ -69,7 +71,7 @@ def render(
                 w,
                 task_counts.get(w.worker_id, 0),
                 samples.get(w.worker_id),
-                now,
+                None if now is None or seen is None else now - seen(w.worker_id),
                 (protocols or {}).get(w.worker_id),
             )
             for w in records.workers.values()
@@ -207,7 +209,7 @@ def _worker(
     worker: model.Worker,
     num_tasks: int,
     sample: WorkerSample | None,
-    now: float | None,
+    age_s: float | None,
     protocol: int | None,
 ) -> dict[str, Any]:
     return {
@@ -222,7 +224,7 @@ def _worker(
         "elements_per_s": 0.0 if sample is None else sample.elements_per_s,
         "bytes_per_s": 0.0 if sample is None else sample.bytes_per_s,
         "buffer": _buffer({} if sample is None else sample.stats),
-        "heartbeat_age_s": None if now is None else max(0.0, now - worker.last_seen),
+        "heartbeat_age_s": None if age_s is None else max(0.0, age_s),
         "heartbeat_interval_s": None if sample is None else sample.interval_s,
     }
 
