@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgpack
 import pytest
 
 import zmqdata as zd
@@ -79,6 +80,19 @@ def test_the_coordinated_schedule_survives():
     snapshot.load(loaded, snapshot.dump(live.records))
     assert loaded.iterations[iteration.iteration_id].schedule == iteration.schedule
     assert loaded.iterations[iteration.iteration_id].horizon == iteration.horizon
+
+
+def test_a_snapshot_of_0_1_with_liveness_in_its_records_loads():
+    """0.1 kept when peers were last seen in the records; now beside them."""
+    live, *_ = dynamic_and_off_jobs()
+    body = msgpack.unpackb(snapshot.dump(live.records), strict_map_key=False)
+    for row in (*body["workers"], *body["clients"]):
+        row["last_seen"] = 12.5
+    assert body["workers"]
+    assert body["clients"]
+    loaded = ClusterRecords()
+    snapshot.load(loaded, msgpack.packb(body))
+    assert tables(loaded) == tables(live.records)
 
 
 def test_an_unknown_format_is_refused():
