@@ -23,7 +23,7 @@ from zmqdata import errors, service
 from zmqdata._client import rpc
 from zmqdata._runtime import auth
 from zmqdata._wire import messages as m
-from zmqdata._worker import server as worker_server
+from zmqdata._worker import control as worker_control
 
 
 class Keys:
@@ -326,7 +326,7 @@ def test_a_worker_with_a_rejected_key_warns_naming_the_dispatcher(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.3)
+    monkeypatch.setattr(worker_control, "WARN_AFTER_S", 0.3)
     secured.add_worker(wait=False, **keys.worker_options(keys.intruder_secret))
     found = poll_for(lambda: warnings_from(caplog, "zmqdata.worker"), 5.0)
     assert f"no answer from the dispatcher at {secured.target}" in found[0]

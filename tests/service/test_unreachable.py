@@ -14,7 +14,7 @@ from tests.service.cluster import free_port
 from tests.service.logs import warnings_from
 from zmqdata import errors, service
 from zmqdata._client import rpc
-from zmqdata._worker import server as worker_server
+from zmqdata._worker import control as worker_control
 
 
 def test_a_refused_address_is_warned_about_and_named_in_the_error(
@@ -59,8 +59,8 @@ def test_a_host_that_does_not_resolve_is_named_in_the_error() -> None:
 def test_a_worker_warns_early_and_periodically_when_refused(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.2)
-    monkeypatch.setattr(worker_server, "WARN_EVERY_S", 0.3)
+    monkeypatch.setattr(worker_control, "WARN_AFTER_S", 0.2)
+    monkeypatch.setattr(worker_control, "WARN_EVERY_S", 0.3)
     address = f"tcp://127.0.0.1:{free_port()}"
     config = service.WorkerConfig(address, heartbeat_interval_ms=50)
     with service.WorkerServer(config):
@@ -74,7 +74,7 @@ def test_a_worker_warns_early_and_periodically_when_refused(
 def test_a_worker_that_reaches_its_dispatcher_does_not_warn(
     cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(worker_server, "WARN_AFTER_S", 0.05)
+    monkeypatch.setattr(worker_control, "WARN_AFTER_S", 0.05)
     c = cluster(num_workers=1, heartbeat_interval_ms=20)
     started = time.monotonic()
     control = c.workers[0]._control

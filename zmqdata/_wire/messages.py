@@ -132,7 +132,7 @@ class WorkerHeartbeat(Message):
     """A worker's liveness and its tasks' states ``[[task_id, finished], ...]``.
 
     ``stats``: the worker's serving counters and buffer fill (see
-    ``zmqdata/_worker/server.py: worker_stats``); liveness data, not state.
+    ``zmqdata/_worker/stats.py: worker_stats``); liveness data, not state.
     """
 
     TYPE: ClassVar[str] = "worker_heartbeat"
