@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from zmqdata._wire import messages as m
-from zmqdata._worker.task import RemoteSplitProvider
+from zmqdata._worker.splits import RemoteSplitProvider
 
 
 class FakeDispatcher:

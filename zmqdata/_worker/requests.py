@@ -1,6 +1,6 @@
 """``DispatcherRequests``: requests a worker thread sends the dispatcher on its own socket.
 
-A task's producer thread asks for splits (``task.RemoteSplitProvider``), a
+A task's producer thread asks for splits (``splits.RemoteSplitProvider``), a
 save's thread for the splits it writes (``saver.SaveSplits``); each owns a
 DEALER socket to the dispatcher (CurveZMQ when keys are set), speaks the
 dispatcher's protocol version (an older one if it says so), and sends a request

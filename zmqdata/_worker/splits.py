@@ -1,0 +1,283 @@
+"""``RemoteSplitProvider``: a DYNAMIC task's splits, asked of the dispatcher.
+
+Over a DEALER socket the task's producer thread owns (``requests.py``): as many
+splits a request as ``splitbatch.py`` says, the next asked for before these run
+out, a split request counted as the worker's sign of life (``asked_at``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from zmqdata._dataset import profile as profiling
+from zmqdata._dataset.iterator import (
+    Split,
+    SplitProvider,
+)
+from zmqdata._dataset.marks import Marks
+from zmqdata._runtime import auth
+from zmqdata._runtime.clock import Backoff
+from zmqdata._runtime.spans import IDLE, Tracer
+from zmqdata._wire import messages as m
+from zmqdata._wire.lineage import key
+from zmqdata._wire.progress import keep_latest_packed
+from zmqdata._worker.buffer import Cancelled
+from zmqdata._worker.requests import DispatcherRequests
+from zmqdata._worker.splitbatch import SplitBatch
+from zmqdata.errors import UnavailableError, ZmqDataError, from_code
+
+EMPTY_BACKOFF_MAX_S = 0.5
+ASK_AGAIN_MAX_S = 0.05
+"""A split reply with nothing and no end (keys of a lost task wait for their
+fence; a resumed read's splits already done were passed over) is asked again
+after at most this long."""
+
+
+class RemoteSplitProvider(DispatcherRequests, SplitProvider):
+    """Asks the dispatcher for the splits of one iteration, one repetition at a time.
+
+    Cheap splits are asked for several at a time (``SplitBatch`` sizes the
+    requests from their round trip and how fast the splits are used up), and
+    the next ones are asked for when half of a batch is left (``_prefetch``):
+    the answer comes in while the producer works through the other half, so
+    the round trip does not stall it.
+    Requests are numbered; one that gets no answer in time is sent again with
+    the same number, and the dispatcher answers it with the splits it handed
+    out the first time (so a stalled or restarted dispatcher loses none).
+
+    Under an endless ``repeat`` a worker whose repetitions come up empty because
+    other workers took their few splits catches up at once; one that is at the
+    dispatcher's current repetition and still finds nothing (the data is empty)
+    waits with backoff before asking again, up to ``EMPTY_BACKOFF_MAX_S``.
+
+    A split ``[repetition, lo, hi]`` reaches the source as ``[lo, hi, base]``,
+    its elements' keys ``base + index`` (``_wire/lineage.py``); an exactly-once
+    task's buffer notes them (``handed``). A reply with no split and no end (keys of a
+    lost worker are about to be handed out again) is asked again with backoff.
+
+    A dealt task (``dealt``: multi-rank reads) takes its splits whole, as the
+    dispatcher sends them (``[repetition, lo, hi, ordinal, skip]``, through
+    ``next_dealt``), reports each split's count with its next request
+    (``counted``) and follows the dispatcher's ``released`` ordinal.
+    """
+
+    shared = True
+    asked_for = "split"
+    profile: profiling.Profile | None = None
+    """Its task's per-op statistics (set by the task)."""
+    tracer: Tracer = IDLE
+    """The worker's tracer (its task sets it): each split request is a span."""
+
+    def __init__(
+        self,
+        dispatcher: str,
+        iteration_id: int,
+        task_id: int,
+        stop: threading.Event,
+        timeout_s: float,
+        keys: auth.ClientKeys | None = None,
+        handed: Callable[[int, int], None] | None = None,
+        draining: threading.Event | None = None,
+        dealt: bool = False,
+        marks: Marks | None = None,
+    ) -> None:
+        super().__init__(dispatcher, stop, timeout_s, keys)
+        self._iteration_id = iteration_id
+        self._marks = marks
+        self._dealt = dealt
+        self._counts: list[int] = []
+        self.released = 0
+        """Dealt: every consumer is past the splits below this ordinal."""
+        self._draining = threading.Event() if draining is None else draining
+        self._handed = handed
+        self._task_id = task_id
+        self._repetition = 0
+        self._request_id = 0
+        self._splits: deque[Split] = deque()
+        self._batch = SplitBatch()
+        self._fetched = 0
+        """Splits the last answer brought (a prefetch goes out at half of them)."""
+        self._pending: m.GetSplit | None = None
+        """A request sent ahead (``_prefetch``) whose answer is not taken yet."""
+        self._ended: bool | None = None
+        """A request sent ahead was answered with the end: whether the
+        dispatcher is at a later repetition (told once the splits run out)."""
+        self._got_split = False  # in the current repetition
+        self._behind = False  # the dispatcher is at a later repetition
+        self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
+        self.asked_at = float("-inf")
+        """When the last split request went out (monotonic): the dispatcher
+        counts it as the worker's sign of life."""
+
+    def next_split(self) -> Split | None:
+        """The next split; a draining worker asks for none (``Cancelled``).
+
+        Asked while its task's profile times an element, the round trip is
+        the ``splits`` phase, not the source op's time.
+        """
+        if self._splits:
+            self._prefetch()
+            return self._splits.popleft()
+        if self._draining.is_set() and self._pending is None:
+            raise Cancelled  # (splits asked for ahead are made first)
+        if self._ended is not None:
+            self._behind, self._ended = self._ended, None
+            return None
+        profile = self.profile
+        if profile is None or not profile.timing:
+            self._fetch()
+        else:
+            start = time.perf_counter_ns()
+            self._fetch()
+            took = time.perf_counter_ns() - start
+            profile.phase("splits", took)
+            profile.inner(took)
+        if not self._splits:
+            return None
+        return self._splits.popleft()
+
+    def next_dealt(self) -> list[int] | None:
+        """Dealt: the next split ``[repetition, lo, hi, ordinal, skip]`` (None: no more)."""
+        split = self.next_split()
+        return None if split is None else list(split)
+
+    def counted(self, ordinal: int, count: int) -> None:
+        """Dealt: split ``ordinal`` made ``count`` elements (told with the next request)."""
+        self._counts += [ordinal, count]
+
+    def _fetch(self) -> None:
+        """Asks for the next splits (or waits for those asked for ahead)."""
+        wait = Backoff(0.001, ASK_AGAIN_MAX_S, jitter=0.0)
+        while True:
+            reply = self._ask()
+            if reply.end_of_splits:
+                self._behind = reply.repetition > self._repetition
+                return
+            if reply.splits:
+                self._take(reply)
+                return
+            if self._stop.wait(wait.next_delay()) or self._draining.is_set():
+                raise Cancelled  # (else nothing now: ask again)
+
+    def _prefetch(self) -> None:
+        """Asks for the next splits ahead; takes their answer once it is in.
+
+        Asks with half of the last answer's splits left, and never waits for
+        the answer here. Not for dealt tasks (their requests report what the
+        splits before made), nor for at-most-once ones (``handed`` None):
+        splits held ahead are lost with their worker, and such a read loses
+        at most one split beyond the one in progress (docs/modes.md).
+        """
+        if self._pending is None:
+            if (
+                self._dealt
+                or self._handed is None
+                or self._ended is not None
+                or self._draining.is_set()
+                or len(self._splits) > self._fetched // 2
+            ):
+                return
+            self._pending = self._request(left=len(self._splits))
+            self._send(self._pending)
+            return
+        sock = self._socket()
+        if not sock.poll(0):
+            return
+        reply = self._answer(self._pending, sock.recv())
+        if reply is None:
+            return
+        self._pending = None
+        reply = self._checked(reply)
+        if reply.end_of_splits:
+            self._ended = reply.repetition > self._repetition
+        elif reply.splits:
+            self._take(reply)
+        # (else nothing now: asked again, waiting, once these run out)
+
+    def _take(self, reply: m.GetSplitReply) -> None:
+        """Queues the splits of ``reply`` (their keys noted as handed)."""
+        self._got_split = True
+        self._fetched = len(reply.splits)
+        self._batch.fetched(len(reply.splits), time.monotonic(), reply.period_ms / 1000)
+        if self._dealt:
+            self._splits.extend(reply.splits)
+            return
+        if self._marks is not None:  # a lost task's outputs not to make again
+            keep_latest_packed(self._marks.resume, reply.progress)
+        for repetition, lo, hi in reply.splits:
+            base = key(repetition, 0)
+            if self._handed is not None:
+                self._handed(base + lo, base + hi)
+            self._splits.append([lo, hi, base])
+
+    def _request(self, left: int = 0) -> m.GetSplit:
+        """The next split request (``left``: splits still queued as it is sent)."""
+        self._request_id += 1
+        self.asked_at = time.monotonic()
+        return m.GetSplit(
+            request_id=self._request_id,
+            iteration_id=self._iteration_id,
+            repetition=self._repetition,
+            task_id=self._task_id,
+            max_splits=self._batch.size(time.monotonic(), left),
+            counts=self._counts,
+        )
+
+    def _ask(self) -> m.GetSplitReply:
+        """The answer to one split request, the one sent ahead if any.
+
+        Retried as the same request until answered.
+        """
+        request, sent = self._pending, self._pending is not None
+        self._pending = None
+        if request is None:
+            request = self._request()
+        log = self.tracer.log
+        start = time.perf_counter_ns()
+        reply = self._call(request, sent)
+        if log is not None:
+            asked = {"task_id": self._task_id, "max_splits": request.max_splits}
+            log.add("split request", "worker", start, time.perf_counter_ns(), asked)
+        return self._checked(reply)
+
+    def _checked(self, reply: m.Message) -> m.GetSplitReply:
+        """``reply`` if it is a well-formed answer (errors raised as sent)."""
+        if isinstance(reply, m.Error):
+            raise from_code(reply.code, reply.message)
+        width = 5 if self._dealt else 3
+        if not isinstance(reply, m.GetSplitReply) or any(
+            len(split) != width for split in reply.splits
+        ):
+            raise UnavailableError(f"malformed split reply from {self._dispatcher}")
+        self._counts = []
+        self.released = max(self.released, reply.released)
+        return reply
+
+    def reset(self) -> None:
+        if self._draining.is_set():
+            raise Cancelled
+        if self._got_split or self._behind:
+            self._empty.reset()
+        elif self._stop.wait(self._empty.next_delay()):
+            raise Cancelled
+        self._got_split = self._behind = False
+        self._repetition += 1
+
+    def close(self) -> None:
+        """Closes the socket, once the answer to a request sent ahead is in.
+
+        A task that ends with one out (a ``take`` below it, an error) notes
+        its splits as handed: its end tells them dropped, as the unread ones
+        before them.
+        """
+        request, self._pending = self._pending, None
+        if request is not None and not (self._stop.is_set() or self._draining.is_set()):
+            with contextlib.suppress(ZmqDataError, Cancelled):
+                reply = self._checked(self._call(request, sent=True))
+                if reply.splits:
+                    self._take(reply)
+        self._drop_socket()
