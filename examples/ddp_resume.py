@@ -142,7 +142,12 @@ def _train(
                 reports.put(("at KILL_AT", rank, step))
                 go_on.wait(TIMEOUT_S)  # never set: the main process kills the ranks
                 raise SystemExit("not killed")
+    # Every rank at the end before any tears down: no collective is left in
+    # flight when a rank's process group goes (a rank whose DDP module died
+    # with a collective pending could wait forever, holding the GIL).
+    dist.barrier()
     reports.put(("done", rank, step))
+    del model, optimizer
     dist.destroy_process_group()
 
 

@@ -93,9 +93,20 @@ def load(records: ClusterRecords, data: bytes) -> None:
     records.next_id = body["next_id"]
 
 
+DROPPED = {"Worker": ("last_seen",), "Client": ("last_seen",)}
+"""Fields of older snapshots' records these records no longer have, dropped on
+loading: 0.1 kept when each peer was last heard from (now ``liveness.py``)."""
+
+
+def _kept(row: dict[str, Any], record: str) -> dict[str, Any]:
+    """``row`` without the fields ``DROPPED`` names for ``record``."""
+    for name in DROPPED.get(record, ()):
+        row.pop(name, None)
+    return row
+
+
 def _worker(row: dict[str, Any]) -> model.Worker:
-    row.pop("last_seen", None)  # 0.1's snapshots: liveness, now beside the records
-    return model.Worker(**row)
+    return model.Worker(**_kept(row, "Worker"))
 
 
 def _dataset(row: dict[str, Any]) -> model.Dataset:
@@ -127,5 +138,4 @@ def _task(row: dict[str, Any]) -> model.Task:
 
 
 def _client(row: dict[str, Any]) -> model.Client:
-    row.pop("last_seen", None)  # as ``_worker``
-    return model.Client(**row)
+    return model.Client(**_kept(row, "Client"))
