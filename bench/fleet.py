@@ -53,8 +53,8 @@ from zmqdata._client.core import quiet_ceiling_s
 from zmqdata._runtime import tuning
 from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._wire import messages as m
-from zmqdata._worker.control import STRETCH
-from zmqdata._worker.splitbatch import MAX_BATCH
+from zmqdata._worker.control import stretched_due
+from zmqdata._worker.splitbatch import splits_lasting
 
 DYNAMIC = 1
 FAKE_RANGE = 10**12
@@ -438,14 +438,12 @@ class Fleet:
 
     def _alive_by_splits(self, index: int, now: float) -> float | None:
         """When a quiet worker heartbeats instead, if its split requests let it wait."""
-        pace = self.worker_paces[index]
-        if pace.interval < pace.max_s:
-            return None
-        last = self.last_sent["worker"][index]
-        due = min(
-            self.last_sent["split"][index] + pace.interval, last + STRETCH * pace.max_s
+        due = stretched_due(
+            self.worker_paces[index],
+            self.last_sent["worker"][index],
+            self.last_sent["split"][index],
         )
-        return due if due > now else None
+        return due if due is not None and due > now else None
 
     def _took_all(
         self,
@@ -470,8 +468,7 @@ class Fleet:
 
     def _follow_period(self, index: int, period_ms: int) -> None:
         """Worker ``index`` asks for enough splits to last ``period_ms``."""
-        wanted = math.ceil(period_ms / 1000 / self.split_interval_s - 1e-6)
-        self.asked[index] = max(1, min(MAX_BATCH, wanted))
+        self.asked[index] = splits_lasting(period_ms / 1000, self.split_interval_s)
 
     def window(self, seconds: float) -> Window:
         """Every peer at its interval (random phases) for ``seconds``.

@@ -68,6 +68,17 @@ class WorkerSample:
         return self.bytes.per_s
 
 
+def buffer_fill(stats: dict[str, Any]) -> float | None:
+    """The worker's mean task buffer fill, if its stats say one (supply).
+
+    >>> buffer_fill({"buffer_fill": 0.25}), buffer_fill({}), buffer_fill({"buffer_fill": True})
+    (0.25, None, None)
+    """
+    value = stats.get("buffer_fill")
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if ok else None
+
+
 def _count(stats: dict[str, Any], name: str) -> int | None:
     value = stats.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -570,8 +570,10 @@ class DispatcherState:
             self.worker_samples[worker.worker_id] = samples.sample(
                 previous, stats, now, msg.request_id, values
             )
-            fill = stats.get("buffer_fill")
-            if isinstance(fill, int | float) and not isinstance(fill, bool):
+            fill = samples.buffer_fill(stats)  # none: no task running, no supply
+            if fill is None:
+                self._fills.pop(worker.worker_id, None)
+            else:
                 self._fills[worker.worker_id] = fill
             if msg.pipelines or not msg.base:
                 self.held_pipelines[worker.worker_id] = frozenset(msg.pipelines)
@@ -623,9 +625,8 @@ class DispatcherState:
                 f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
                 f"got {msg.max_splits}"
             )
-        worker = self.records.workers.get(task.worker_id)
-        if worker is not None:  # its task asking: the worker is alive
-            self.liveness.heard_worker(worker.worker_id, now)
+        if task.worker_id in self.records.workers:  # its task asking: it lives
+            self.liveness.heard_worker(task.worker_id, now)
         dataset = self.records.datasets[job.dataset_id]
         if job.dealt:
             reply = self._deal_split(dataset, job, iteration, task, msg)

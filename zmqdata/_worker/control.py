@@ -52,6 +52,23 @@ request shows the dispatcher it lives), yet sends its stats at least every
 this many quiet intervals."""
 
 
+def stretched_due(pace: HeartbeatPace, last_send: float, asked: float) -> float | None:
+    """When a quiet worker heartbeats, given its last split request at ``asked``.
+
+    A split request shows the dispatcher it lives: the heartbeat waits one
+    interval past it, ``STRETCH`` intervals past the last heartbeat at most.
+    None: not at its quiet ceiling (it heartbeats as paced).
+
+    >>> pace = HeartbeatPace(1.0, quiet_max_s=2.5)
+    >>> pace.interval = pace.max_s
+    >>> stretched_due(pace, last_send=0.0, asked=3.0), stretched_due(pace, 0.0, 9.0)
+    (5.5, 10.0)
+    """
+    if pace.interval < pace.max_s:
+        return None
+    return min(asked + pace.interval, last_send + STRETCH * pace.max_s)
+
+
 class ControlLoop(PollLoop):
     """The worker's link to the dispatcher: one DEALER, one thread.
 
@@ -281,7 +298,6 @@ class ControlLoop(PollLoop):
         """
         if (
             self._quiet is None
-            or self._pace.interval < self._pace.max_s
             or self._dispatcher_version.version
             < m.ADDED_IN["get_split_reply.period_ms"]
         ):
@@ -290,10 +306,8 @@ class ControlLoop(PollLoop):
             (r.splits.asked_at for r in runners if r.splits is not None),
             default=float("-inf"),
         )
-        due = min(
-            asked + self._pace.interval, self._last_send + STRETCH * self._pace.max_s
-        )
-        if due <= now:
+        due = stretched_due(self._pace, self._last_send, asked)
+        if due is None or due <= now:
             return False
         self._next_send = due
         return True

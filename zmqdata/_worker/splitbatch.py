@@ -26,6 +26,18 @@ ROUND_TRIPS_PER_BATCH = 20
 MAX_BATCH = 64
 
 
+def splits_lasting(seconds: float, per_split_s: float) -> int:
+    """How many splits of ``per_split_s`` each last ``seconds``.
+
+    At least 1, at most ``MAX_BATCH``; a hair less, so that float noise on an
+    exact ratio does not round up.
+
+    >>> splits_lasting(2.5, 1.0), splits_lasting(3.0, 1.0), splits_lasting(0.0, 1.0)
+    (3, 3, 1)
+    """
+    return max(1, min(MAX_BATCH, math.ceil(seconds / per_split_s - 1e-6)))
+
+
 class SplitBatch:
     """Sizes a task's split requests from their round trip and processing times."""
 
@@ -52,12 +64,8 @@ class SplitBatch:
         if self._fetched_at is not None and self._count > left:
             taken = self._count - left
             per_split = max(now - self._fetched_at, 1e-6) / taken
-            # (less a hair, so float noise on an exact ratio does not round up)
-            wanted = math.ceil(
-                max(ROUND_TRIPS_PER_BATCH * self._rtt_s, self._period_s) / per_split
-                - 1e-6
-            )
-            self._size = max(1, min(wanted, 2 * self._size, MAX_BATCH))
+            lasting = max(ROUND_TRIPS_PER_BATCH * self._rtt_s, self._period_s)
+            self._size = min(splits_lasting(lasting, per_split), 2 * self._size)
         self._asked_at = now
         return self._size
 
