@@ -235,3 +235,12 @@ def test_the_split_period_grows_with_the_fleet_up_to_the_heartbeat_ceiling() -> 
     periods = [split_period_ms(n, ceiling) for n in (1, 1_000, 4_000, 10_000, 10**6)]
     assert periods == [0, 250, 1_000, 2_500, 2_500]
     assert SPLIT_REQUESTS_PER_S * 2.5 == 10_000  # where the ceiling takes over
+
+
+def test_a_worker_reporting_no_buffer_fill_counts_as_no_supply(state: DispatcherState):
+    """The autoscaler's supply follows each worker's last stats, not a stale fill."""
+    worker_id = register_worker(state, "w1:1").worker_id
+    worker_heartbeat(state, "w1:1", worker_id, 1, stats={"buffer_fill": 0.75})
+    assert state._signals(1.0).fill == 0.75
+    worker_heartbeat(state, "w1:1", worker_id, 2, stats={"tasks_running": 0})
+    assert state._signals(1.0).fill is None
