@@ -90,10 +90,16 @@ class Read:
         return send(self.state, message, now=now)
 
     def lose(self, address: str, now: float = 1.5) -> list[tuple[bytes, m.Message]]:
-        """Worker ``address`` times out (the others heartbeat); what the tick sends."""
+        """Worker ``address`` times out (the others and the readers heartbeat).
+
+        Returns what the tick sends.
+        """
         for other in self.tasks:
             if other != address and other in self.workers():
                 heartbeat(self.state, other, self.workers()[other], [], now=now - 0.6)
+        for client in self.clients:
+            if client in self.records.clients:
+                self.state.liveness.heard_client(client, now)
         return self.state.tick(now=now)
 
     def workers(self) -> dict[str, int]:
@@ -282,7 +288,7 @@ def test_a_silent_reader_is_not_waited_for_past_the_fence_timeout(state):
     read = start(state, clients=2)
     a = read.tasks["a:1"]
     read.ask(a)  # keys 0..10
-    read.lose("a:1", now=1.5)  # reader 1 was last heard of when it joined
+    read.lose("a:1", now=1.5)  # reader 1 was last heard of then
     read.heartbeat(0, acked=[[a, 0, 4]], task_epoch=1, now=1.6)
     keep_ticking(read, 2.0, 1.5 + FENCE_TIMEOUT_S)
     assert read.iteration.orphans[a]["waiting"] == [read.clients[1]]
@@ -307,6 +313,7 @@ def test_a_stalled_dispatcher_does_not_take_its_readers_for_silent(state):
     read.heartbeat(0, task_epoch=1, now=1.6)
     keep_ticking(read, 2.0, 5.0)
     stalled_until = 2.0 + FENCE_TIMEOUT_S  # past reader 1's fence timeout
+    state.resumed(now=stalled_until)  # what the server's loop says when it wakes
     heartbeat(state, "b:1", read.workers()["b:1"], [], now=stalled_until)
     state.tick(now=stalled_until)
     assert read.iteration.orphans[a]["waiting"] == [read.clients[1]]

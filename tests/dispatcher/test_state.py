@@ -514,6 +514,17 @@ def test_lost_worker_removes_its_tasks_and_the_rest_can_finish(state):
     assert seen.finished
 
 
+def test_a_dispatcher_that_stood_still_counts_silence_from_when_it_woke(state):
+    worker = register_worker(state, "a:1", now=0.0)
+    joined = join(state, create_job(state, register_dataset(state)), now=0.0)
+    state.resumed(now=5.0)  # its loop ticked 5 s late: it, not its peers, was still
+    state.tick(now=5.0)
+    assert worker.worker_id in state.records.workers
+    assert joined.client_id in state.records.clients
+    state.tick(now=5.0 + CLIENT_TIMEOUT_S + 0.1)  # silent since it woke: gone
+    assert (state.records.workers, state.records.clients) == ({}, {})
+
+
 def test_silent_clients_time_out(state):
     job = create_job(state, register_dataset(state))
     early = join(state, job, now=0.0)

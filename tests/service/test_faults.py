@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 from collections import Counter
@@ -61,6 +62,35 @@ def test_worker_added_mid_iteration_produces_its_own_copy(cluster):
         c.add_worker()
         got = first + ints(it)
     assert Counter(got) == {i: 2 for i in range(3000)}
+
+
+def stand_still(seconds: float) -> None:
+    """Holds the GIL for ``seconds``: every thread of this process stands still.
+
+    As a long garbage collection does: the dispatcher, its workers and their
+    readers all stop, and none heartbeats meanwhile.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10 * seconds)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_process_standing_still_past_the_timeouts_loses_no_worker(cluster):
+    c = cluster(num_workers=1)  # worker_timeout_ms=500, client_timeout_ms=2000
+    ds = zd.Dataset.range(3000).apply(
+        service.distribute("parallel_epochs", c.target, max_outstanding_requests=8)
+    )
+    with iter(ds) as it:
+        first = ints([next(it)])
+        stand_still(2.5)
+        got = first + ints(it)
+    # A worker taken for lost would have registered again with a new copy.
+    assert Counter(got) == {i: 1 for i in range(3000)}
 
 
 # ------------------------------------------------------------------ lost workers

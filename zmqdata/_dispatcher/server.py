@@ -14,7 +14,7 @@ from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import job_metrics
 from zmqdata._dispatcher.access import Access
 from zmqdata._dispatcher.journal import Journal, JournalSink
-from zmqdata._dispatcher.state import DispatcherState, Outgoing
+from zmqdata._dispatcher.state import DispatcherState, Outgoing, stall_s
 from zmqdata._runtime import auth, clock, ipc, metrics, tuning
 from zmqdata._runtime.handoff import Handoff
 from zmqdata._runtime.loop import PollLoop
@@ -95,6 +95,8 @@ class _DispatcherLoop(PollLoop):
             config.client_timeout_ms / 4000,
             config.job_gc_check_interval_ms / 1000,
         )
+        self._stall_s = stall_s(config)
+        self._last_tick = time.monotonic()  # a tick much later: we stood still
 
     def setup(self) -> None:
         self._collector = tuning.collector(time.monotonic())
@@ -235,6 +237,9 @@ class _DispatcherLoop(PollLoop):
         return [(peer, reply)]
 
     def on_tick(self, now: float) -> None:
+        if now - self._last_tick > self._stall_s:
+            self.state.resumed(now)
+        self._last_tick = now
         if self._collector is not None:
             self._collector.tick(now)
         self._send(self.state.tick(now))

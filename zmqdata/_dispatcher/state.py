@@ -91,15 +91,27 @@ five observations in its default 10 s window)."""
 MAX_TASKS_IGNORING = 65536
 """Tasks per job whose ``ignore_errors`` counts the status keeps."""
 STALLED_S = 1.0
-"""A tick this late means the dispatcher itself stalled (SIGSTOP, a long
-request, a slow disk): fence timeouts count again from then, so consumers
-whose heartbeats waited in its queue are not taken for silent."""
+"""A loop tick this late (or half the shortest peer timeout, when less) means
+the dispatcher itself stalled: ``stall_s``."""
 MAX_MARKS = 65_536
 """The most roots an iteration keeps marks of (``model.Iteration.progress``)."""
 SPLIT_PLANS_KEPT = 4096
 """Split plans (``Splits``) kept made (the oldest goes first)."""
 
 __all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
+
+
+def stall_s(config: DispatcherConfig) -> float:
+    """How late a loop tick must be to be a stall of the dispatcher's own.
+
+    SIGSTOP, a long request, a slow disk, a collector pause of its process:
+    ``STALLED_S``, or half the shortest peer timeout when less.
+
+    >>> stall_s(DispatcherConfig(worker_timeout_ms=500))
+    0.25
+    """
+    shortest_ms = min(config.worker_timeout_ms, config.client_timeout_ms)
+    return min(STALLED_S, shortest_ms / 2000)
 
 
 class DispatcherState:
@@ -124,8 +136,7 @@ class DispatcherState:
         self.started = now  # the uptime in the status counts from here
         self._gc_due: float | None = None  # next job GC check (scheduling, not state)
         self._liveness_due = float("-inf")  # next scan for silent peers (the same)
-        self._last_tick = now  # liveness too: a late tick is a stall of our own
-        self._awake_since = now  # fence timeouts count from here at the earliest
+        self._awake_since = now  # silence counts from here at the earliest
         self._failed_groups = RateLimitedLog(logger)  # a full disk: one per group
         self.liveness = Liveness(now)
         """When each peer was last heard from (beside the records: ``liveness.py``)."""
@@ -345,9 +356,6 @@ class DispatcherState:
 
     def _tick(self, now: float) -> list[Outgoing]:
         out: list[Outgoing] = []
-        if now - self._last_tick > STALLED_S:
-            self._awake_since = now
-        self._last_tick = now
         if now >= self._liveness_due:
             self._liveness_due = self._drop_silent(now, out)
         if self._gc_due is None or now >= self._gc_due:
@@ -360,6 +368,16 @@ class DispatcherState:
             self.autoscaler.observe(self._signals(now))
         self._close_trace(now)
         return out
+
+    def resumed(self, now: float) -> None:
+        """The dispatcher itself stood still until ``now`` (``stall_s``).
+
+        Every peer's silence and every fence timeout counts again from now:
+        heartbeats that waited in its queue, or were never sent while their
+        process stood still with it (one process: a collector pause), are
+        not silence.
+        """
+        self._awake_since = now
 
     def _signals(self, now: float) -> autoscale.Signals:
         """Demand and supply now: what the autoscaler observes."""
@@ -384,20 +402,25 @@ class DispatcherState:
         skip the scan (a tick does not cost O(peers)). Tasks started to
         recover lost keys are added to ``out``.
         """
-        records, liveness = self.records, self.liveness
+        records, liveness, awake = self.records, self.liveness, self._awake_since
         liveness.keep_only(records.workers.keys(), records.clients.keys())
         worker_timeout = self.config.worker_timeout_ms / 1000
+        due: list[float] = []
         for worker in list(records.workers.values()):
-            if now - liveness.worker_seen(worker.worker_id) > worker_timeout:
-                logger.info("worker %s timed out", worker.worker_address)
-                out += self._remove_worker(worker.worker_id)
+            seen = max(liveness.worker_seen(worker.worker_id), awake)
+            if now - seen <= worker_timeout:
+                due.append(seen + worker_timeout)
+                continue
+            logger.info("worker %s timed out", worker.worker_address)
+            out += self._remove_worker(worker.worker_id)
         client_timeout = self.config.client_timeout_ms / 1000
         for client in list(records.clients.values()):
-            if now - liveness.client_seen(client.client_id) > client_timeout:
-                logger.info("client %d timed out", client.client_id)
-                out += self._release(client, now)
-        due = [liveness.worker_seen(w) + worker_timeout for w in records.workers]
-        due += [liveness.client_seen(c) + client_timeout for c in records.clients]
+            seen = max(liveness.client_seen(client.client_id), awake)
+            if now - seen <= client_timeout:
+                due.append(seen + client_timeout)
+                continue
+            logger.info("client %d timed out", client.client_id)
+            out += self._release(client, now)
         due += self._time_out_fences(now, out)
         return min(due, default=now + min(worker_timeout, client_timeout))
 
