@@ -262,11 +262,7 @@ class _Scaler:
 
     def step(self, slots: list[_Slot], now: float) -> None:
         """Adds or retires one worker if the recommendation says so."""
-        for slot in [s for s in slots if s.retire_by is not None]:
-            if slot.retired(now):
-                shm.sweep()
-                slots.remove(slot)
-                logger.info("worker %d drained and exited", slot.index)
+        self._forget_exited(slots, now)
         if now < self._due:
             return
         self._due = now + self.interval_s
@@ -274,18 +270,7 @@ class _Scaler:
         active = [s for s in slots if s.retire_by is None]
         wanted = self.bounds.clamp(advice.recommended_workers)
         if wanted > len(active):
-            taken = {s.index for s in slots}
-            index = min(i for i in range(len(slots) + 1) if i not in taken)
-            slot = self._new_slot(index)
-            logger.info(
-                "autoscale: %d -> %d workers, adding worker %d (%s)",
-                len(active),
-                len(active) + 1,
-                index,
-                advice.reason,
-            )
-            slots.append(slot)
-            slot.start()
+            self._add(slots, len(active), advice.reason)
         elif wanted < len(active):
             slot = max(active, key=lambda s: s.index)
             logger.info(
@@ -296,6 +281,30 @@ class _Scaler:
                 advice.reason,
             )
             slot.retire(now)
+
+    @staticmethod
+    def _forget_exited(slots: list[_Slot], now: float) -> None:
+        """Drops the retired workers that have drained and exited."""
+        for slot in [s for s in slots if s.retire_by is not None]:
+            if slot.retired(now):
+                shm.sweep()
+                slots.remove(slot)
+                logger.info("worker %d drained and exited", slot.index)
+
+    def _add(self, slots: list[_Slot], active: int, reason: str) -> None:
+        """Starts a worker in the lowest free slot index."""
+        taken = {s.index for s in slots}
+        index = min(i for i in range(len(slots) + 1) if i not in taken)
+        slot = self._new_slot(index)
+        logger.info(
+            "autoscale: %d -> %d workers, adding worker %d (%s)",
+            active,
+            active + 1,
+            index,
+            reason,
+        )
+        slots.append(slot)
+        slot.start()
 
 
 @click.command()
