@@ -1,7 +1,16 @@
-"""Shared fixtures: an in-process service cluster factory, a thread-leak check."""
+"""Shared fixtures: an in-process service cluster factory, a thread-leak check.
+
+Every dispatcher the suite starts, in this process or as a child process,
+checks its records' invariants at each tick (``ZMQDATA_VALIDATE_STATE``); a
+test whose in-process dispatcher finds one broken fails
+(``records_stay_valid``), and the chaos trials read their dispatcher
+processes' logs (``tests/service/validated.py``).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -11,6 +20,10 @@ from zmq.utils.garbage import GarbageCollectorThread
 
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
+from tests.service.validated import INVALID
+from zmqdata._dispatcher.server import VALIDATE_ENV
+
+os.environ[VALIDATE_ENV] = "1"  # inherited by the dispatcher processes started
 
 
 @pytest.fixture
@@ -64,3 +77,29 @@ def no_thread_leaks() -> Iterator[None]:
         poll_for(lambda: not leaked(), timeout=5.0)
     except AssertionError:
         pytest.fail(f"threads left running: {leaked()}")
+
+
+class _Invalid(logging.Handler):
+    """Keeps the ``records invalid`` lines an in-process dispatcher logs."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(INVALID):
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def records_stay_valid(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test whose in-process dispatcher found its records invalid."""
+    handler = _Invalid()
+    dispatcher_log = logging.getLogger("zmqdata.dispatcher")
+    dispatcher_log.addHandler(handler)
+    try:
+        yield
+    finally:
+        dispatcher_log.removeHandler(handler)
+    if not request.node.get_closest_marker("breaks_records"):
+        assert not handler.lines, handler.lines[:3]

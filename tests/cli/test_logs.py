@@ -104,6 +104,7 @@ def test_log_level_warning_hides_info():
 def test_verbose_before_or_after_the_command(args):
     with zmqdata(*args) as proc:
         proc.wait_for_line(r" DEBUG zmqdata\.cli: logging at DEBUG")
+        proc.wait_for_line(r"dispatcher ready: ")  # stops cleanly once serving
         assert proc.stop() == 0
 
 

@@ -32,6 +32,7 @@ from tests.service.test_dispatcher_kill import (
     start_dispatcher,
     start_worker,
 )
+from tests.service.validated import assert_records_valid
 from zmqdata import service
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,7 @@ def test_dynamic_reads_stay_exactly_once_while_the_dispatcher_stalls_or_dies(
                 if fault == "stall":
                     _stall(dispatcher.popen.pid, rng.uniform(0.6, 1.5))
                 else:
+                    assert_records_valid(dispatcher)
                     dispatcher.stop(signal.SIGKILL)
                     dispatcher = start_dispatcher(stack, port, work_dir)
                 got += ints(iterator)
@@ -84,6 +86,7 @@ def test_dynamic_reads_stay_exactly_once_while_the_dispatcher_stalls_or_dies(
                 f"{sum(c > 1 for c in counts.values())} repeated"
             )
             assert took < READ_DEADLINE_S, (trial, fault, took)
+            assert_records_valid(dispatcher)
             outcomes[fault] += 1
             poll_for(lambda: num_workers(target) == 2, timeout=15)
     assert sum(outcomes.values()) == TRIALS

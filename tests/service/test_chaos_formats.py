@@ -46,6 +46,7 @@ from tests.service.test_dispatcher_kill import (
     start_dispatcher,
     start_worker,
 )
+from tests.service.validated import assert_records_valid
 from zmqdata import service
 from zmqdata._dataset.ops import tfrecord
 
@@ -140,7 +141,9 @@ class Cluster:
         self.settled()
 
     def settled(self) -> None:
+        """All workers back, and the dispatcher's records valid (every trial's end)."""
         poll_for(lambda: num_workers(self.target) == WORKERS, timeout=20)
+        assert_records_valid(self.dispatcher)
 
     def kill_worker(self, rng: random.Random) -> None:
         """Kills a random worker with SIGKILL; a new one takes its place."""
@@ -150,6 +153,7 @@ class Cluster:
 
     def restart_dispatcher(self) -> None:
         """Kills the dispatcher with SIGKILL; a new one starts on its port and journal."""
+        assert_records_valid(self.dispatcher)
         assert self.dispatcher.stop(signal.SIGKILL) == -signal.SIGKILL
         self.dispatcher = start_dispatcher(self.stack, *self._dispatcher_args)
 
@@ -293,5 +297,6 @@ def test_record_files_are_read_exactly_once_when_a_worker_or_the_trainer_dies(
             run_dir.mkdir()
             what, took = resume_a_killed_trainer(cluster, fmt, files, rng, run_dir)
             done.append(f"{what}: {took:.2f} s")
+            cluster.settled()
     print(f"{fmt}: " + "; ".join(done))
     assert len(done) == 2 * TRIALS

@@ -79,5 +79,6 @@ def test_a_packed_mixture_reads_every_token_once_when_a_worker_dies(
                 return got + [t for row in rows for t in tokens_of(row)]
 
         got = within(READ_DEADLINE_S, read, f"a packed mixture, worker killed at {at}")
+        cluster.settled()
     assert len(got) == total, (len(got), total)
     assert sorted(got) == list(range(total)), f"worker killed at row {at}"

@@ -49,6 +49,7 @@ from tests.helpers import poll_for
 from tests.service.cluster import free_port
 from tests.service.multirank_rank import pipeline
 from tests.service.test_dispatcher_kill import num_workers, start_dispatcher
+from tests.service.validated import assert_records_valid
 from zmqdata import service
 
 pytestmark = pytest.mark.slow
@@ -151,7 +152,9 @@ class Cluster:
         )
 
     def settled(self) -> None:
+        """All workers back, and the dispatcher's records valid (every trial's end)."""
         poll_for(lambda: num_workers(self.target) == WORKERS, timeout=20)
+        assert_records_valid(self.dispatcher)
 
     def kill_worker(self, rng: random.Random) -> None:
         """Kills a random worker -9 (``replace_workers`` starts a new one)."""
@@ -195,6 +198,7 @@ class Cluster:
 
     def restart_dispatcher(self) -> None:
         """Kills the dispatcher -9 and starts it again on its work dir and port."""
+        assert_records_valid(self.dispatcher)
         self.dispatcher.stop(signal.SIGKILL)
         self.dispatcher = self._dispatcher()
 

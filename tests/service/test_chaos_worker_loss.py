@@ -34,6 +34,7 @@ from tests.service.test_dispatcher_kill import (
     start_dispatcher,
     start_worker,
 )
+from tests.service.validated import assert_records_valid
 from zmqdata import service
 
 pytestmark = pytest.mark.slow
@@ -76,7 +77,9 @@ class Cluster:
         )
 
     def settled(self) -> None:
+        """All workers back, and the dispatcher's records valid (every trial's end)."""
         poll_for(lambda: num_workers(self.target) == WORKERS, timeout=20)
+        assert_records_valid(self.dispatcher)
 
     def kill_worker(self, rng: random.Random, index: int | None = None) -> None:
         """Kills worker ``index`` (else a random one); a new one takes its place."""
@@ -95,6 +98,7 @@ class Cluster:
         return timer
 
     def restart_dispatcher(self) -> None:
+        assert_records_valid(self.dispatcher)
         self.dispatcher.stop(signal.SIGKILL)
         self.dispatcher = self._dispatcher()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +29,11 @@ from zmqdata.errors import (
 )
 
 logger = logging.getLogger("zmqdata.dispatcher")
+
+VALIDATE_ENV = "ZMQDATA_VALIDATE_STATE"
+"""``1``: the dispatcher checks every invariant of its records
+(``ClusterRecords.validate``) at every tick and logs a violation as
+``records invalid: ...`` (the suite and its chaos trials set it)."""
 
 MAX_BATCH = 1000
 """Requests handled per wake-up at most (then the loop ticks)."""
@@ -96,6 +102,8 @@ class _DispatcherLoop(PollLoop):
             config.job_gc_check_interval_ms / 1000,
         )
         self._stall_s = stall_s(config)
+        self._validating = os.environ.get(VALIDATE_ENV) == "1"
+        self._invalid = RateLimitedLog(logger)
         self._last_tick = time.monotonic()  # a tick much later: we stood still
 
     def setup(self) -> None:
@@ -243,9 +251,17 @@ class _DispatcherLoop(PollLoop):
         if self._collector is not None:
             self._collector.tick(now)
         self._send(self.state.tick(now))
+        if self._validating:
+            self._check_records(now)
         self.scraped_status.serve(lambda: self.state.status(now))
         if self._access is not None:
             self._access.forget(self.state.records.clients)
+
+    def _check_records(self, now: float) -> None:
+        try:
+            self.state.records.validate()
+        except AssertionError as error:
+            self._invalid.warning("%s", error, now=now)
 
     def teardown(self) -> None:
         if self._collector is not None:
