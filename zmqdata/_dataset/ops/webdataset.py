@@ -223,14 +223,14 @@ def _samples(url: str, first: int, decode: Decoder | None) -> Iterator[dict[str,
 class _KeyedMember(NamedTuple):
     """A file member of a shard, with its sample's index and key, and its extension."""
 
-    index: int
+    number: int
     key: str
     extension: str
     info: tarfile.TarInfo
 
     def sample(self) -> tuple[int, str]:
-        """The sample it belongs to: its index and key."""
-        return self.index, self.key
+        """The sample it belongs to: its number (index in the shard) and key."""
+        return self.number, self.key
 
 
 def _keyed(url: str, tar: tarfile.TarFile) -> Iterator[_KeyedMember]:
@@ -249,7 +249,7 @@ def _keyed(url: str, tar: tarfile.TarFile) -> Iterator[_KeyedMember]:
                 )
             if found.group(1) != key:
                 index += 1
-                key = found.group(1)
+            key = found.group(1)
             yield _KeyedMember(index, key, found.group(2), member)
     except _Damaged as damaged:
         raise InvalidArgumentError(
