@@ -60,18 +60,7 @@ def build(
     shapes are the element spec's (where known): its unknown sizes are the
     ones padded to the boundary.
     """
-    boundaries = _ints(f"{NAME} bucket_boundaries", bucket_boundaries)
-    sizes = _ints(f"{NAME} bucket_batch_sizes", bucket_batch_sizes)
-    if len(sizes) != len(boundaries) + 1:
-        raise ValueError(
-            f"{NAME}: len(bucket_batch_sizes) must be len(bucket_boundaries) + 1, "
-            f"got {len(sizes)} batch sizes {sizes} for {len(boundaries)} "
-            f"boundaries {boundaries}"
-        )
-    if any(b <= a for a, b in itertools.pairwise(boundaries)):
-        raise ValueError(
-            f"{NAME} bucket_boundaries must be strictly increasing, got {boundaries}"
-        )
+    boundaries, sizes = _buckets(bucket_boundaries, bucket_batch_sizes)
     flags = {
         "pad_to_bucket_boundary": pad_to_bucket_boundary,
         "no_padding": no_padding,
@@ -101,6 +90,25 @@ def build(
         **flags,
     }
     return Node(NAME, args, (parent,))
+
+
+def _buckets(
+    bucket_boundaries: Any, bucket_batch_sizes: Any
+) -> tuple[list[int], list[int]]:
+    """The boundaries and batch sizes, checked (one more size than boundaries)."""
+    boundaries = _ints(f"{NAME} bucket_boundaries", bucket_boundaries)
+    sizes = _ints(f"{NAME} bucket_batch_sizes", bucket_batch_sizes)
+    if len(sizes) != len(boundaries) + 1:
+        raise ValueError(
+            f"{NAME}: len(bucket_batch_sizes) must be len(bucket_boundaries) + 1, "
+            f"got {len(sizes)} batch sizes {sizes} for {len(boundaries)} "
+            f"boundaries {boundaries}"
+        )
+    if any(b <= a for a, b in itertools.pairwise(boundaries)):
+        raise ValueError(
+            f"{NAME} bucket_boundaries must be strictly increasing, got {boundaries}"
+        )
+    return boundaries, sizes
 
 
 def _ints(name: str, values: Any) -> list[int]:

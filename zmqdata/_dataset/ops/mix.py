@@ -99,6 +99,19 @@ def check_weights(weights: Any, count: int) -> list[float]:
     """
     if weights is None:
         return [1.0 / count] * count
+    weights = _weight_list(weights, count)
+    for index, weight in enumerate(weights):
+        _check_weight(index, weight)
+    largest = max(float(w) for w in weights)  # scaled first: a sum never overflows
+    if largest == 0:
+        raise ValueError(f"{SAMPLE} weights must not all be 0, got {weights!r:.80}")
+    scaled = [float(w) / largest for w in weights]
+    total = math.fsum(scaled)
+    return [w / total for w in scaled]
+
+
+def _weight_list(weights: Any, count: int) -> list[Any] | tuple[Any, ...]:
+    """``weights`` as a list or tuple of ``count``; raises if it is not one."""
     if isinstance(weights, np.ndarray):
         weights = weights.tolist()
     if not isinstance(weights, list | tuple):
@@ -110,21 +123,19 @@ def check_weights(weights: Any, count: int) -> list[float]:
             f"{SAMPLE} takes one weight per dataset: {count} datasets, "
             f"{len(weights)} weights {weights!r:.80}"
         )
-    for index, weight in enumerate(weights):
-        if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
-            raise TypeError(
-                f"{SAMPLE} weights[{index}] must be a float, got {weight!r:.80}"
-            )
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(
-                f"{SAMPLE} weights[{index}] must be finite and >= 0, got {weight!r}"
-            )
-    largest = max(float(w) for w in weights)  # scaled first: a sum never overflows
-    if largest == 0:
-        raise ValueError(f"{SAMPLE} weights must not all be 0, got {weights!r:.80}")
-    scaled = [float(w) / largest for w in weights]
-    total = math.fsum(scaled)
-    return [w / total for w in scaled]
+    return weights
+
+
+def _check_weight(index: int, weight: Any) -> None:
+    """Raises unless ``weight`` (``weights[index]``) is a finite real >= 0."""
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real):
+        raise TypeError(
+            f"{SAMPLE} weights[{index}] must be a float, got {weight!r:.80}"
+        )
+    if not math.isfinite(weight) or weight < 0:
+        raise ValueError(
+            f"{SAMPLE} weights[{index}] must be finite and >= 0, got {weight!r}"
+        )
 
 
 def check_structures(what: str, inputs: Sequence[Node]) -> None:

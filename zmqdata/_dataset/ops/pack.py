@@ -263,6 +263,25 @@ def _size(value: Any) -> int:
 def build_row(pieces: list[Any], length: int, values: Any) -> dict[str, np.ndarray]:
     """The row of ``pieces`` (sequences, in order), padded to ``length``."""
     template = pieces[0]
+    columns = _columns(pieces)
+    sizes = [len(array) for array in next(iter(columns.values()))]
+    used = sum(sizes)
+    row: dict[str, np.ndarray] = {}
+    for (key, arrays), value in zip(
+        columns.items(), leaf_values(values, template), strict=True
+    ):
+        fill, dtype = padding_for(
+            value, np.result_type(*{a.dtype for a in arrays}), repr(key)
+        )
+        row[key] = np.full(length, fill, dtype)
+        row[key][:used] = np.concatenate(arrays)
+    row["segment_ids"], row["positions"] = _segments(sizes, length)
+    return row
+
+
+def _columns(pieces: list[Any]) -> dict[str, list[np.ndarray]]:
+    """Each key's arrays across ``pieces``; raises if their keys differ."""
+    template = pieces[0]
     keys = list(template) if isinstance(template, dict) else [TOKENS]
     columns: dict[str, list[np.ndarray]] = {key: [] for key in keys}
     for piece in pieces:
@@ -275,23 +294,18 @@ def build_row(pieces: list[Any], length: int, values: Any) -> dict[str, np.ndarr
             )
         for key in keys:
             columns[key].append(piece[key] if isinstance(piece, dict) else piece)
-    sizes = [len(array) for array in columns[keys[0]]]
+    return columns
+
+
+def _segments(sizes: list[int], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``segment_ids`` and ``positions`` of a row of sequences of ``sizes``."""
     used = sum(sizes)
-    row: dict[str, np.ndarray] = {}
-    for key, value in zip(keys, leaf_values(values, template), strict=True):
-        arrays = columns[key]
-        fill, dtype = padding_for(
-            value, np.result_type(*{a.dtype for a in arrays}), repr(key)
-        )
-        row[key] = np.full(length, fill, dtype)
-        row[key][:used] = np.concatenate(arrays)
     starts = np.cumsum([0, *sizes[:-1]])
     segment_ids = np.zeros(length, np.int32)
     segment_ids[:used] = np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int32), sizes)
     positions = np.zeros(length, np.int32)
     positions[:used] = np.arange(used) - np.repeat(starts, sizes)
-    row["segment_ids"], row["positions"] = segment_ids, positions
-    return row
+    return segment_ids, positions
 
 
 def packing_efficiency(packed: Any) -> float:

@@ -254,14 +254,19 @@ def _shape_of(value: Any) -> Shape:
     if value is None:
         return None
     if isinstance(value, int):
-        return (None if value == -1 else value,)
+        return (_size_of(value),)
     if isinstance(value, tuple | list) and all(
         v is None or isinstance(v, int) for v in value
     ):
-        return tuple(None if v is None or v == -1 else v for v in value)
+        return tuple(_size_of(v) for v in value)
     raise InvalidArgumentError(
         f"padded shape {value!r} is not an int or a list of sizes"
     )
+
+
+def _size_of(value: int | None) -> int | None:
+    """A padded size (``None`` for the largest, which ``-1`` stands for too)."""
+    return None if value is None or value == -1 else value
 
 
 # ---------------------------------------------------------------- padding
@@ -297,34 +302,19 @@ def pad_batch(
 def _pad_column(
     index: int, arrays: list[np.ndarray], shape: Shape, value: Any, fill: int | None
 ) -> np.ndarray:
+    """Component ``index`` of a batch: its ``arrays`` stacked, padded to ``shape``."""
     ranks = sorted({array.ndim for array in arrays})
     if len(ranks) > 1:
         raise InvalidArgumentError(
             f"cannot pad component {index}: its elements have different ranks {ranks}"
         )
-    rank = ranks[0]
-    if shape is None:
-        shape = (
-            (fill, *(None,) * (rank - 1))
-            if fill is not None and rank
-            else (None,) * rank
-        )
-    elif fill is not None:
-        shape = tuple(fill if size is None else size for size in shape)
-    if len(shape) != rank:
+    sizes = _filled_shape(shape, ranks[0], fill)
+    if len(sizes) != ranks[0]:
         raise InvalidArgumentError(
-            f"padded shape {list(shape)} of component {index} has rank {len(shape)}, "
-            f"but its elements have rank {rank}"
+            f"padded shape {list(sizes)} of component {index} has rank {len(sizes)}, "
+            f"but its elements have rank {ranks[0]}"
         )
-    dims = []
-    for axis, size in enumerate(shape):
-        largest = max(array.shape[axis] for array in arrays)
-        if size is not None and largest > size:
-            raise InvalidArgumentError(
-                f"component {index} has an element of size {largest} in dimension "
-                f"{axis}, larger than its padded shape {list(shape)}"
-            )
-        dims.append(largest if size is None else size)
+    dims = [_padded_size(index, arrays, axis, sizes) for axis in range(len(sizes))]
     fill_value, dtype = padding_for(
         value, np.result_type(*{array.dtype for array in arrays}), index
     )
@@ -333,6 +323,33 @@ def _pad_column(
         where: tuple[Any, ...] = (row, *(slice(0, n) for n in array.shape))
         out[where] = array
     return out
+
+
+def _filled_shape(shape: Shape, rank: int, fill: int | None) -> tuple[int | None, ...]:
+    """``shape`` as sizes for elements of ``rank``, ``fill`` put in (see ``pad_batch``)."""
+    if shape is None:
+        if fill is not None and rank:
+            return (fill, *(None,) * (rank - 1))
+        return (None,) * rank
+    if fill is not None:
+        return tuple(fill if size is None else size for size in shape)
+    return shape
+
+
+def _padded_size(
+    index: int, arrays: list[np.ndarray], axis: int, sizes: tuple[int | None, ...]
+) -> int:
+    """The size component ``index`` pads ``axis`` to; raises if an array is larger."""
+    largest: int = max(array.shape[axis] for array in arrays)
+    size = sizes[axis]
+    if size is None:
+        return largest
+    if largest > size:
+        raise InvalidArgumentError(
+            f"component {index} has an element of size {largest} in dimension "
+            f"{axis}, larger than its padded shape {list(sizes)}"
+        )
+    return size
 
 
 def padding_for(value: Any, dtype: np.dtype[Any], index: Any) -> tuple[Any, Any]:
@@ -364,6 +381,14 @@ def padding_for(value: Any, dtype: np.dtype[Any], index: Any) -> tuple[Any, Any]
         if given.dtype.kind != dtype.kind:
             raise misfit
         return given[()], np.result_type(dtype, given.dtype)
+    return _cast_exactly(given, dtype, misfit), dtype
+
+
+def _cast_exactly(given: np.ndarray, dtype: np.dtype[Any], misfit: Exception) -> Any:
+    """The number ``given`` as a ``dtype`` scalar; raises ``misfit`` if it changes.
+
+    NaN casts to a NaN of any float or complex dtype.
+    """
     try:
         with np.errstate(all="ignore"):
             cast = given.astype(dtype)
@@ -374,7 +399,7 @@ def padding_for(value: Any, dtype: np.dtype[Any], index: Any) -> tuple[Any, Any]
         dtype.kind in "fc" and given.dtype.kind in "fc" and np.isnan(given)
     ):
         raise misfit
-    return cast[()], dtype
+    return cast[()]
 
 
 # ---------------------------------------------------------------- specs
@@ -403,25 +428,40 @@ def padded_spec(
             strict=True,
         )
     ):
-        dims = leaf.shape
-        if shape is None and filled and dims:
-            dims = (None, *dims[1:])
-        elif shape is not None:
-            if len(shape) != len(dims):
-                raise InvalidArgumentError(
-                    f"padded shape {list(shape)} of component {index} has rank "
-                    f"{len(shape)}, but its elements have shape {dims}"
-                )
-            for size, known in zip(shape, dims, strict=True):
-                if size is not None and known is not None and known > size:
-                    raise InvalidArgumentError(
-                        f"padded shape {list(shape)} of component {index} is smaller "
-                        f"than its elements' shape {dims}"
-                    )
-            dims = tuple(
-                (None if filled else known) if size is None else size
-                for size, known in zip(shape, dims, strict=True)
-            )
+        dims = _padded_dims(index, leaf.shape, shape, filled)
         _, dtype = padding_for(value, _array_dtype(leaf.dtype), index)
         leaves.append(TensorSpec((outer, *dims), dtype))
     return structure.pack_as(spec, leaves)
+
+
+def _padded_dims(
+    index: int, dims: tuple[int | None, ...], shape: Shape, filled: bool
+) -> tuple[int | None, ...]:
+    """The padded shape of component ``index``, its elements of shape ``dims``.
+
+    Raises if ``shape`` does not fit ``dims``; ``filled`` as in ``padded_spec``.
+    """
+    if shape is None:
+        return (None, *dims[1:]) if filled and dims else dims
+    _check_fits(index, dims, shape)
+    return tuple(
+        (None if filled else known) if size is None else size
+        for size, known in zip(shape, dims, strict=True)
+    )
+
+
+def _check_fits(
+    index: int, dims: tuple[int | None, ...], shape: tuple[int | None, ...]
+) -> None:
+    """Raises unless elements of shape ``dims`` (component ``index``) fit ``shape``."""
+    if len(shape) != len(dims):
+        raise InvalidArgumentError(
+            f"padded shape {list(shape)} of component {index} has rank "
+            f"{len(shape)}, but its elements have shape {dims}"
+        )
+    for size, known in zip(shape, dims, strict=True):
+        if size is not None and known is not None and known > size:
+            raise InvalidArgumentError(
+                f"padded shape {list(shape)} of component {index} is smaller "
+                f"than its elements' shape {dims}"
+            )

@@ -31,8 +31,8 @@ in temporal ones; anywhere else a null is an error naming its row.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
 
 import numpy as np
 
@@ -70,30 +70,27 @@ class _Unsupported(Exception):
     """An Arrow type with no numpy form here (the message names it)."""
 
 
+_LEAF_DTYPES: Final[tuple[tuple[tuple[str, ...], Callable[[Any], Any]], ...]] = (
+    (("boolean", "integer", "floating"), lambda t: np.dtype(t.to_pandas_dtype())),
+    (("timestamp",), lambda t: np.dtype(f"M8[{t.unit}]")),
+    (("duration",), lambda t: np.dtype(f"m8[{t.unit}]")),
+    (("date32",), lambda t: np.dtype("M8[D]")),
+    (("date64",), lambda t: np.dtype("M8[ms]")),
+    (("time",), lambda t: np.dtype(f"m8[{t.unit}]")),
+    (("string", "large_string", "string_view"), lambda t: str),
+    (("binary", "large_binary", "fixed_size_binary", "binary_view"), lambda t: bytes),
+)
+"""``pyarrow.types.is_<name>`` checks, each with what a value of such a type reads as."""
+
+
 def _leaf_dtype(pa: Any, t: Any) -> Any:
     """The numpy dtype (or ``str`` / ``bytes``) a value of Arrow type ``t`` reads as."""
     types = pa.types
     if types.is_dictionary(t):
         return _leaf_dtype(pa, t.value_type)
-    if types.is_boolean(t) or types.is_integer(t) or types.is_floating(t):
-        return np.dtype(t.to_pandas_dtype())
-    if types.is_timestamp(t) or types.is_duration(t):
-        return np.dtype(f"{'M' if types.is_timestamp(t) else 'm'}8[{t.unit}]")
-    if types.is_date32(t):
-        return np.dtype("M8[D]")
-    if types.is_date64(t):
-        return np.dtype("M8[ms]")
-    if types.is_time(t):
-        return np.dtype(f"m8[{t.unit}]")
-    if types.is_string(t) or types.is_large_string(t) or _is(types, "string_view", t):
-        return str
-    if (
-        types.is_binary(t)
-        or types.is_large_binary(t)
-        or types.is_fixed_size_binary(t)
-        or _is(types, "binary_view", t)
-    ):
-        return bytes
+    for names, dtype in _LEAF_DTYPES:
+        if any(_is(types, name, t) for name in names):
+            return dtype(t)
     raise _Unsupported(str(t))
 
 
@@ -309,81 +306,134 @@ def _read(
     """The elements of ``path`` from element ``first`` on; the file is closed at the end."""
     pa, pq = _arrow()
     handle = fs.open_binary(path)
-    batches: Any = None
-    element = first
-    row = 0
-
-    def failure(what: str) -> InvalidArgumentError:
-        return InvalidArgumentError(f"{path}: element {element} (row {row}): {what}")
-
     try:
+        read = _Read(pa, path, first, batch_rows)
+        yield from read.elements(*read.open(pq, handle, columns))
+    finally:
+        handle.close()
+
+
+class _Read:
+    """A read of one file from an element on, which knows where it is (for errors)."""
+
+    def __init__(self, pa: Any, path: str, first: int, batch_rows: int | None) -> None:
+        self.pa, self.path, self.batch_rows = pa, path, batch_rows
+        self.batched = batch_rows is not None
+        self.element = first
+        """The element read next."""
+        self.row = 0
+        """The row of the file read next."""
+        self.skip = 0
+        """Rows still to pass over before ``element``."""
+        self.names: list[str] = []
+        """The columns read."""
+
+    def failure(self, what: str) -> InvalidArgumentError:
+        """An error saying ``what`` went wrong, naming the element and row."""
+        return InvalidArgumentError(
+            f"{self.path}: element {self.element} (row {self.row}): {what}"
+        )
+
+    def open(
+        self, pq: Any, handle: Any, columns: list[str] | None
+    ) -> tuple[Any, list[int]]:
+        """The ``ParquetFile`` over ``handle`` and its row groups' rows; keeps ``columns``."""
         try:
             parquet = _open(pq, handle)
-            names = _names(parquet.schema_arrow, columns, f"{path}: element {element}")
+            where = f"{self.path}: element {self.element}"
+            self.names = _names(parquet.schema_arrow, columns, where)
             rows = _group_rows(parquet.metadata)
-        except (pa.ArrowException, OSError) as error:
-            raise failure(f"not a readable Parquet file: {error}") from None
-        counts = _elements(rows, batch_rows)
-        begin, start = 0, 0  # the group holding `first`, and its first element
-        while begin < len(rows) and start + counts[begin] <= first:
-            start, row = start + counts[begin], row + rows[begin]
+        except (self.pa.ArrowException, OSError) as error:
+            raise self.failure(f"not a readable Parquet file: {error}") from None
+        return parquet, rows
+
+    def elements(self, parquet: Any, rows: list[int]) -> Iterator[Any]:
+        """The elements from ``element`` on, row group by row group."""
+        for group in range(self._seek(rows), len(rows)):
+            yield from self._group(parquet, group)
+
+    def _seek(self, rows: list[int]) -> int:
+        """The row group holding ``element``; ``row`` and ``skip`` set to get there."""
+        counts = _elements(rows, self.batch_rows)
+        begin, start = 0, 0  # the group holding `element`, and its first element
+        while begin < len(rows) and start + counts[begin] <= self.element:
+            start, self.row = start + counts[begin], self.row + rows[begin]
             begin += 1
-        skip = (first - start) * (batch_rows or 1)  # rows of `begin` before `first`
-        batched = batch_rows is not None
-        for group in range(begin, len(rows)):
-            size = batch_rows or _read_rows(parquet.metadata.row_group(group))
-            batches = parquet.iter_batches(
-                batch_size=size, row_groups=[group], columns=names
+        self.skip = (self.element - start) * (self.batch_rows or 1)
+        return begin
+
+    def _group(self, parquet: Any, group: int) -> Iterator[Any]:
+        """The elements of row group ``group``, less the rows to skip."""
+        size = self.batch_rows or _read_rows(parquet.metadata.row_group(group))
+        batches = parquet.iter_batches(
+            batch_size=size, row_groups=[group], columns=self.names
+        )
+        try:
+            pieces = (
+                _exact(self.pa, batches, self.batch_rows)
+                if self.batch_rows
+                else batches
             )
-            pieces = _exact(pa, batches, batch_rows) if batch_rows else batches
-            while True:
-                try:
-                    batch = next(pieces, None)
-                except (pa.ArrowException, OSError) as error:
-                    raise failure(f"corrupt Parquet data: {error}") from None
-                if batch is None:
-                    break
-                if skip >= batch.num_rows:
-                    skip -= batch.num_rows
-                    row += batch.num_rows
-                    continue
-                if skip:
-                    batch, row, skip = batch.slice(skip), row + skip, 0
-                try:
-                    converted = [
-                        _column(pa, name, batch.column(i), batched)
-                        for i, name in enumerate(names)
-                    ]
-                except _NullError as null:
-                    row += null.row
-                    element += null.row if not batched else 0
-                    raise failure(
-                        f"column {null.column!r} is null, which has no numpy value "
-                        "here (only float and temporal columns read nulls, as NaN "
-                        "and NaT): fill it or leave the column out"
-                    ) from None
-                except _Unsupported as kind:
-                    raise failure(
-                        f"a column has Arrow type {kind}, which has no numpy form "
-                        "here: leave it out with columns=[...]"
-                    ) from None
-                except InvalidArgumentError as error:
-                    raise failure(str(error)) from None
-                if batched:
-                    yield dict(zip(names, converted, strict=True))
-                    element += 1
-                    row += batch.num_rows
-                    continue
-                for values in zip(*converted, strict=False):  # hot: equal lengths
-                    yield dict(zip(names, values, strict=False))
-                    element += 1
-                    row += 1
+            while (batch := self._next_batch(pieces)) is not None:
+                batch = self._skipped(batch)
+                if batch is not None:
+                    yield from self._batch_elements(batch)
+        finally:
             batches.close()
-            batches = None
-    finally:
-        if batches is not None:
-            batches.close()
-        handle.close()
+
+    def _next_batch(self, pieces: Iterator[Any]) -> Any:
+        """The next batch of ``pieces`` (None past the last); raises for bad data."""
+        try:
+            return next(pieces, None)
+        except (self.pa.ArrowException, OSError) as error:
+            raise self.failure(f"corrupt Parquet data: {error}") from None
+
+    def _skipped(self, batch: Any) -> Any:
+        """``batch`` less the rows still to skip (None if none are left)."""
+        if self.skip >= batch.num_rows:
+            self.skip -= batch.num_rows
+            self.row += batch.num_rows
+            return None
+        if self.skip:
+            batch, self.row, self.skip = batch.slice(self.skip), self.row + self.skip, 0
+        return batch
+
+    def _batch_elements(self, batch: Any) -> Iterator[Any]:
+        """The elements of ``batch``: itself (``batch_rows``), or one per row."""
+        names = self.names
+        converted = self._convert(batch)
+        if self.batched:
+            yield dict(zip(names, converted, strict=True))
+            self.element += 1
+            self.row += batch.num_rows
+            return
+        for values in zip(*converted, strict=False):  # hot: equal lengths
+            yield dict(zip(names, values, strict=False))
+            self.element += 1
+            self.row += 1
+
+    def _convert(self, batch: Any) -> list[Any]:
+        """The columns of ``batch`` as numpy values; errors name the element and row."""
+        try:
+            return [
+                _column(self.pa, name, batch.column(i), self.batched)
+                for i, name in enumerate(self.names)
+            ]
+        except _NullError as null:
+            self.row += null.row
+            self.element += null.row if not self.batched else 0
+            raise self.failure(
+                f"column {null.column!r} is null, which has no numpy value "
+                "here (only float and temporal columns read nulls, as NaN "
+                "and NaT): fill it or leave the column out"
+            ) from None
+        except _Unsupported as kind:
+            raise self.failure(
+                f"a column has Arrow type {kind}, which has no numpy form "
+                "here: leave it out with columns=[...]"
+            ) from None
+        except InvalidArgumentError as error:
+            raise self.failure(str(error)) from None
 
 
 def _read_rows(group: Any) -> int:
@@ -432,36 +482,17 @@ def build(
     ``InvalidArgumentError`` for a file that is not Parquet or lacks a column,
     ``NotFoundError`` for a missing one.
     """
-    if columns is not None:
-        if isinstance(columns, str) or not isinstance(columns, list | tuple):
-            raise TypeError(
-                f"from_parquet columns must be a list of str or None, got {columns!r}"
-            )
-        if not columns or not all(isinstance(c, str) and c for c in columns):
-            raise ValueError(
-                "from_parquet columns must be a non-empty list of non-empty str, "
-                f"got {columns!r}"
-            )
-        if len(set(columns)) != len(columns):
-            raise ValueError(f"from_parquet columns has duplicates: {columns!r}")
-        columns = list(columns)
+    columns = _check_columns(columns)
     batch_rows = check_optional_int("from_parquet batch_rows", batch_rows, minimum=1)
     pa, _ = _arrow()
     files = fs.expand(paths, "from_parquet paths")
     counts: list[int] = []
     specs: list[Any] = []
     for path in files:
-        metadata = _footer(path)
-        try:
-            schema = metadata.schema.to_arrow_schema()
-        except (pa.ArrowException, OSError) as error:
-            raise InvalidArgumentError(
-                f"{path}: not a readable Parquet file: {error}"
-            ) from None
-        names = _names(schema, columns, path)
-        counts.append(sum(_elements(_group_rows(metadata), batch_rows)))
-        if counts[-1]:  # an empty file's types do not matter (nor are they known)
-            specs.append(_file_spec(pa, schema, names, batch_rows is not None, path))
+        count, file_spec = _file_elements(pa, path, columns, batch_rows)
+        counts.append(count)
+        if count:  # an empty file's types do not matter (nor are they known)
+            specs.append(file_spec)
     spec = specs[0] if specs else None
     for other in specs[1:]:
         spec = structure.common_spec(spec, other)
@@ -475,6 +506,42 @@ def build(
             "spec": None if spec is None else _spec_args(spec),
         },
     )
+
+
+def _check_columns(columns: Any) -> list[str] | None:
+    """``from_parquet``'s ``columns`` as a list (or None); raises if it is not one."""
+    if columns is None:
+        return None
+    if isinstance(columns, str) or not isinstance(columns, list | tuple):
+        raise TypeError(
+            f"from_parquet columns must be a list of str or None, got {columns!r}"
+        )
+    if not columns or not all(isinstance(c, str) and c for c in columns):
+        raise ValueError(
+            "from_parquet columns must be a non-empty list of non-empty str, "
+            f"got {columns!r}"
+        )
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"from_parquet columns has duplicates: {columns!r}")
+    return list(columns)
+
+
+def _file_elements(
+    pa: Any, path: str, columns: list[str] | None, batch_rows: int | None
+) -> tuple[int, Any]:
+    """How many elements the file at ``path`` holds, and their spec (from its footer)."""
+    metadata = _footer(path)
+    try:
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError) as error:
+        raise InvalidArgumentError(
+            f"{path}: not a readable Parquet file: {error}"
+        ) from None
+    names = _names(schema, columns, path)
+    count = sum(_elements(_group_rows(metadata), batch_rows))
+    if not count:
+        return count, None
+    return count, _file_spec(pa, schema, names, batch_rows is not None, path)
 
 
 def _file_spec(pa: Any, schema: Any, names: list[str], batched: bool, path: str) -> Any:

@@ -111,34 +111,12 @@ class RecordIterator(SplitIterator):
         file = bisect.bisect_right(self._bounds, index) - 1
         end = min(self._split[1], self._bounds[file + 1])  # of the split, in the file
         try:
-            if self._reader_at != (file, index):
-                self._open(file, index)
-            assert self._reader is not None
-            element = next(self._reader)
+            element = self._read(file, index)
         except StopIteration:
-            first, counted = (
-                self._bounds[file],
-                self._bounds[file + 1] - self._bounds[file],
-            )
             self._step_past(index, end)
-            missing = (
-                f"record {index - first} is"
-                if end == index + 1
-                else f"records {index - first} to {end - first - 1} are"
-            )
-            raise InvalidArgumentError(
-                f"{self._files[file]}: {missing} missing: the file has fewer records "
-                f"than the {counted} counted when the dataset was built (was it "
-                "changed?)"
-            ) from None
-        except UnreadableFileError:
-            self._step_past(index, end)
-            raise
-        except InvalidArgumentError:  # a bad record: the next one may be fine
-            self._step_past(index, index + 1)
-            raise
-        except Exception:  # the file can't be read: nor can the rest of the split
-            self._step_past(index, end)
+            raise self._missing(file, index, end) from None
+        except Exception as error:
+            self._step_past(index, _failed_up_to(error, index, end))
             raise
         self._next_index = index + 1
         self._reader_at = (file, index + 1)
@@ -146,6 +124,28 @@ class RecordIterator(SplitIterator):
             key = base_of(self._split) + index
             self.lineage = (key, key + 1)
         return element
+
+    def _read(self, file: int, index: int) -> Any:
+        """Record ``index`` (of ``file``), from the open reader or a new one there."""
+        if self._reader_at != (file, index):
+            self._open(file, index)
+        assert self._reader is not None
+        return next(self._reader)
+
+    def _missing(self, file: int, index: int, end: int) -> InvalidArgumentError:
+        """The error for records ``index`` to ``end`` that ``file`` lacks."""
+        first = self._bounds[file]
+        counted = self._bounds[file + 1] - first
+        missing = (
+            f"record {index - first} is"
+            if end == index + 1
+            else f"records {index - first} to {end - first - 1} are"
+        )
+        return InvalidArgumentError(
+            f"{self._files[file]}: {missing} missing: the file has fewer records "
+            f"than the {counted} counted when the dataset was built (was it "
+            "changed?)"
+        )
 
     def _step_past(self, index: int, end: int) -> None:
         """Records ``index`` to ``end`` failed: the read goes on after them.
@@ -177,3 +177,16 @@ class RecordIterator(SplitIterator):
         close = getattr(reader, "close", None)
         if close is not None:
             close()
+
+
+def _failed_up_to(error: Exception, index: int, end: int) -> int:
+    """Where a read that failed at record ``index`` goes on (``end``: the split's).
+
+    A bad record (``InvalidArgumentError``) fails alone: the next one may be
+    fine. A file that can't be read (``UnreadableFileError``, any other
+    error) fails with the rest of the split.
+    """
+    bad_record = isinstance(error, InvalidArgumentError) and not isinstance(
+        error, UnreadableFileError
+    )
+    return index + 1 if bad_record else end

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import lzma
 import re
@@ -63,7 +64,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, Self
+from typing import IO, Any, NamedTuple, Self
 
 import numpy as np
 
@@ -209,45 +210,76 @@ def _samples(url: str, first: int, decode: Decoder | None) -> Iterator[dict[str,
     closed when the generator ends or is closed.
     """
     handle, tar = _open(url, skimming=decode is None)
+    try:
+        grouped = itertools.groupby(_keyed(url, tar), _KeyedMember.sample)
+        for (index, key), members in grouped:
+            if index >= first:
+                yield _sample(url, tar, index, key, members, decode)
+    finally:
+        tar.close()
+        handle.close()
+
+
+class _KeyedMember(NamedTuple):
+    """A file member of a shard, with its sample's index and key, and its extension."""
+
+    number: int
+    key: str
+    extension: str
+    info: tarfile.TarInfo
+
+    def sample(self) -> tuple[int, str]:
+        """The sample it belongs to: its number (index in the shard) and key."""
+        return self.number, self.key
+
+
+def _keyed(url: str, tar: tarfile.TarFile) -> Iterator[_KeyedMember]:
+    """The shard's file members, each with its sample; errors name where they are."""
     index = -1
     """The sample the member read last belongs to."""
+    key: str | None = None
     try:
-        key: str | None = None
-        sample: dict[str, Any] | None = None
         for member in _members(tar):
-            name = member.name
-            found = _NAME.match(name)
+            found = _NAME.match(member.name)
             if found is None:
                 raise InvalidArgumentError(
-                    f"{url}: member {name!r} at byte {member.offset} "
+                    f"{url}: member {member.name!r} at byte {member.offset} "
                     f"({_past(index)}) has no key: WebDataset members are named "
                     "KEY.EXT, a key without dots and an extension"
                 )
             if found.group(1) != key:
-                if sample is not None:
-                    yield sample
                 index += 1
-                key = found.group(1)
-                sample = {"__key__": key} if index >= first else None
-            if sample is None or decode is None:
-                continue
-            extension = found.group(2)
-            if extension in sample:
-                raise InvalidArgumentError(
-                    f"{url}: sample {index} (key {key!r}) has two members "
-                    f"{name!r}: the second at byte {member.offset}"
-                )
-            sample[extension] = _value(url, tar, member, index, extension, decode)
-        if sample is not None:
-            yield sample
+            key = found.group(1)
+            yield _KeyedMember(index, key, found.group(2), member)
     except _Damaged as damaged:
         raise InvalidArgumentError(
             f"{url}: corrupt or truncated tar at byte {damaged.offset} "
             f"({_past(index)}): {damaged.__cause__}"
         ) from damaged.__cause__
-    finally:
-        tar.close()
-        handle.close()
+
+
+def _sample(
+    url: str,
+    tar: tarfile.TarFile,
+    index: int,
+    key: str,
+    members: Iterator[_KeyedMember],
+    decode: Decoder | None,
+) -> dict[str, Any]:
+    """Sample ``index`` of its ``members``' values (only its key if no ``decode``)."""
+    sample: dict[str, Any] = {"__key__": key}
+    if decode is None:
+        return sample
+    for member in members:
+        if member.extension in sample:
+            raise InvalidArgumentError(
+                f"{url}: sample {index} (key {key!r}) has two members "
+                f"{member.info.name!r}: the second at byte {member.info.offset}"
+            )
+        sample[member.extension] = _value(
+            url, tar, member.info, index, member.extension, decode
+        )
+    return sample
 
 
 def _past(index: int) -> str:
