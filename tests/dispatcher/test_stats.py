@@ -199,7 +199,7 @@ def test_errors_ignored_add_up_per_job_and_outlive_their_tasks(state, monkeypatc
     assert job_status["errors_ignored"] == 5  # task 8 finished and gone: still counted
     assert len(job_status["last_error_ignored"]) == 500
     # A lying worker cannot grow the table past its bound; odd entries are left out.
-    monkeypatch.setattr("zmqdata._dispatcher.state.MAX_TASKS_IGNORING", 3)
+    monkeypatch.setattr("zmqdata._dispatcher.workers.MAX_TASKS_IGNORING", 3)
     lies = [ignoring(t, 1) for t in range(100, 110)]
     lies += [{"task_id": 1, "iteration_id": 999, "errors_ignored": 5}, "odd"]
     beat(state, worker_id, {"tasks": lies}, now=3.0)

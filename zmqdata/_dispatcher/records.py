@@ -17,13 +17,13 @@ without fault tolerance, ``journal.JournalSink`` with it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from zmqdata._dataset import fold, graph
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dispatcher import dealing, model
+from zmqdata._dispatcher import dealing, invariants, model
 from zmqdata._dispatcher import events as ev
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
@@ -126,57 +126,15 @@ class ClusterRecords:
     def validate(self) -> None:
         """Checks every invariant between the tables and their indexes.
 
-        Called after every dispatcher state test (``tests/dispatcher/conftest.py``).
+        One check per family of them (``invariants.py``). Called after every
+        dispatcher state test (``tests/dispatcher/conftest.py``).
 
         Raises:
             AssertionError: Naming each invariant that does not hold.
         """
-        broken = [f"{name}: {detail}" for name, detail in self._violations()]
+        broken = [f"{name}: {d}" for name, d in invariants.violations(self)]
         if broken:
             raise AssertionError("records invalid: " + "; ".join(broken))
-
-    def _violations(self) -> Iterator[tuple[str, str]]:
-        by_worker: dict[int, dict[int, model.Task]] = {}
-        for task in self.tasks.values():
-            by_worker.setdefault(task.worker_id, {})[task.task_id] = task
-            iteration = self.iterations.get(task.iteration_id)
-            if iteration is None or iteration.tasks.get(task.task_id) is not task:
-                yield "tasks", f"task {task.task_id} not in its iteration"
-        if self.worker_tasks != by_worker:
-            yield "worker_tasks", "differs from the tasks' workers"
-        for index, key in (
-            ("workers_at", "worker_address"),
-            ("workers_in", "local_process"),
-        ):
-            expected: dict[str, set[int]] = {}
-            for worker in self.workers.values():
-                expected.setdefault(getattr(worker, key), set()).add(worker.worker_id)
-            if getattr(self, index) != expected:
-                yield index, f"differs from the workers' {key}"
-        for iteration in self.iterations.values():
-            if iteration.job_id not in self.jobs:
-                yield "iterations", f"iteration {iteration.iteration_id}: no job"
-            for task_id, task in iteration.tasks.items():
-                if self.tasks.get(task_id) is not task:
-                    yield "iterations", f"task {task_id} not in tasks"
-            for client_id in iteration.clients - self.clients.keys():
-                yield "iterations", f"client {client_id} not in clients"
-        for client in self.clients.values():
-            iteration = self.iterations.get(client.iteration_id)
-            if iteration is None or client.client_id not in iteration.clients:
-                yield "clients", f"client {client.client_id} not in its iteration"
-        for job in self.jobs.values():
-            if job.dataset_id not in self.datasets:
-                yield "jobs", f"job {job.job_id}: no dataset {job.dataset_id!r}"
-        for dataset_id in (
-            set(self.datasets_by_fingerprint.values()) - self.datasets.keys()
-        ):
-            yield "datasets_by_fingerprint", f"names no dataset {dataset_id!r}"
-        for job_id in set(self.named_jobs.values()) - self.jobs.keys():
-            yield "named_jobs", f"names no job {job_id}"
-        ids = [*self.workers, *self.jobs, *self.iterations, *self.tasks, *self.clients]
-        if ids and max(ids) >= self.next_id:
-            yield "next_id", f"{self.next_id} not past id {max(ids)}"
 
     def tracked(self, iteration: model.Iteration) -> bool:
         """Whether ``iteration`` tracks its elements (exactly once)."""

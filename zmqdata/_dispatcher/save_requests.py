@@ -1,0 +1,140 @@
+"""``distributed_save`` requests: ``StartSave`` and ``GetSaveSplit``.
+
+A save claims its path (``snapshot.begin``) and is journaled; workers then
+ask for splits to write, reporting the chunks they wrote with each request
+(``ChunkSaved``), and who writes which split is kept beside the records
+(``saving.SaveRuns``). Once every split has its chunk the dispatcher writes
+the manifest and the save ends (``SaveEnded``), failed if a worker or the
+manifest failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from zmqdata._dataset import snapshot
+from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import jobs, model, saving
+from zmqdata._wire import messages as m
+from zmqdata.errors import FailedPreconditionError, NotFoundError, ZmqDataError
+
+if TYPE_CHECKING:
+    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+
+logger = logging.getLogger("zmqdata.dispatcher")
+
+
+def start_save(
+    state: DispatcherState, peer: bytes, msg: m.StartSave, now: float
+) -> list[Outgoing]:
+    """Starts a ``distributed_save`` (or finds the one of this dataset and path).
+
+    Claims the path first (``snapshot.begin``: refused if it holds another
+    save or cannot be written), then journals the save.
+    """
+    records = state.records
+    dataset = jobs.dataset_of(records, msg.dataset_id)
+    for save in records.saves.values():
+        if save.path != msg.path:
+            continue
+        if save.dataset_id == msg.dataset_id and not save.error:
+            reply = m.StartSaveReply(request_id=msg.request_id, save_id=save.save_id)
+            return [(peer, reply)]
+        failed = f", which failed: {save.error}" if save.error else ""
+        raise FailedPreconditionError(
+            f"{msg.path!r} holds save {save.save_id} of dataset "
+            f"{save.dataset_id}{failed}; save to another path"
+        )
+    saving.check_savable(dataset)
+    save_id = uuid.uuid4().hex[:16]
+    snapshot.begin(msg.path, save_id)
+    num_splits = saving.splits_of(dataset).count()
+    state.apply(
+        ev.SaveStarted(
+            save_id,
+            msg.path,
+            msg.dataset_id,
+            msg.compression,
+            num_splits,
+            time.time(),
+        )
+    )
+    logger.info(
+        "save %s of dataset %s to %s: %d splits",
+        save_id,
+        msg.dataset_id,
+        msg.path,
+        num_splits,
+    )
+    _finish_if_complete(state, records.saves[save_id])
+    return [(peer, m.StartSaveReply(request_id=msg.request_id, save_id=save_id))]
+
+
+def get_save_split(
+    state: DispatcherState, peer: bytes, msg: m.GetSaveSplit, now: float
+) -> list[Outgoing]:
+    """Takes a worker's chunks written, and hands it the next split to write."""
+    records = state.records
+    worker = records.workers.get(msg.worker_id)
+    if worker is None:  # a save runner asks on a socket of its own
+        raise NotFoundError(f"worker {msg.worker_id} is not registered; register again")
+    save = records.saves.get(msg.save_id)
+    done: list[Outgoing] = [
+        (peer, m.GetSaveSplitReply(request_id=msg.request_id, done=True))
+    ]
+    if save is None or save.ended:
+        return done
+    for ordinal, name, elements, nbytes, crc32 in msg.chunks:
+        if ordinal < save.num_splits and ordinal not in save.chunks:
+            state.apply(
+                ev.ChunkSaved(save.save_id, ordinal, name, elements, nbytes, crc32)
+            )
+        state.save_runs.committed(save.save_id, ordinal)
+    if msg.failed:
+        _end_save(state, save, f"worker {worker.worker_address}: {msg.failed}")
+        return done
+    if _finish_if_complete(state, save):
+        return done
+    ordinal = state.save_runs.next_split(save, worker.worker_id)
+    if ordinal is None:  # others write the rest
+        return [(peer, m.GetSaveSplitReply(request_id=msg.request_id))]
+    splits = saving.splits_of(records.datasets[save.dataset_id])
+    lo, hi = splits.at(ordinal)[:2]
+    reply = m.GetSaveSplitReply(request_id=msg.request_id, split=[ordinal, lo, hi])
+    return [(peer, reply)]
+
+
+def _finish_if_complete(state: DispatcherState, save: model.Save) -> bool:
+    """Writes the manifest once every split has its chunk; whether it ended."""
+    if len(save.chunks) < save.num_splits:
+        return False
+    chunks = [
+        {"name": c[0], "elements": c[1], "bytes": c[2], "crc32": c[3]}
+        for _, c in sorted(save.chunks.items())
+    ]
+    try:
+        snapshot.write_manifest(
+            save.path,
+            element_spec=state.records.datasets[save.dataset_id].element_spec,
+            chunks=chunks,
+            compression=save.compression,
+            cardinality=sum(c["elements"] for c in chunks),
+            dataset_id=save.dataset_id,
+        )
+    except (OSError, ZmqDataError) as error:
+        _end_save(state, save, f"its manifest could not be written: {error}")
+        return True
+    _end_save(state, save, "")
+    return True
+
+
+def _end_save(state: DispatcherState, save: model.Save, error: str) -> None:
+    state.apply(ev.SaveEnded(save.save_id, error))
+    state.save_runs.forget(save.save_id)
+    if error:
+        logger.warning("save %s to %s failed: %s", save.save_id, save.path, error)
+    else:
+        logger.info("save %s to %s finished", save.save_id, save.path)
