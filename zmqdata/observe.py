@@ -79,19 +79,26 @@ def find_job(status: Mapping[str, Any], job_name: str | None = None) -> dict[str
     found = status.get("jobs")
     jobs = [j for j in found if isinstance(j, dict)] if isinstance(found, list) else []
     if job_name is not None:
-        for job in jobs:
-            if job_view.job_name(job) == job_name:
-                return job
-        names = ", ".join(repr(job_view.job_name(job)) for job in jobs) or "none"
-        raise ValueError(f"no job {job_name!r} in the status (jobs: {names})")
+        return _named(jobs, job_name)
     if not jobs:
         raise ValueError("no jobs in the status: nothing to show")
-    return max(
-        jobs,
-        key=lambda job: (
-            job_view.number(job.get("elements_per_s")) or 0,
-            job_view.number(job.get("elements")) or 0,
-        ),
+    return max(jobs, key=_busyness)
+
+
+def _named(jobs: list[dict[str, Any]], job_name: str) -> dict[str, Any]:
+    """The job named ``job_name`` (``ValueError`` naming the others: none)."""
+    for job in jobs:
+        if job_view.job_name(job) == job_name:
+            return job
+    names = ", ".join(repr(job_view.job_name(job)) for job in jobs) or "none"
+    raise ValueError(f"no job {job_name!r} in the status (jobs: {names})")
+
+
+def _busyness(job: Mapping[str, Any]) -> tuple[float, float]:
+    """How busy a job is: its elements per second, then its elements."""
+    return (
+        job_view.number(job.get("elements_per_s")) or 0,
+        job_view.number(job.get("elements")) or 0,
     )
 
 
@@ -212,10 +219,7 @@ def _plot_ops(
     if not ops:
         ax.text(0.5, 0.5, "no per-op statistics", ha="center", transform=ax.transAxes)
         return
-    total = sum(op.own_s or 0 for op in ops) or 1.0
-    shares = [
-        op.share if op.share is not None else (op.own_s or 0) / total for op in ops
-    ]
+    shares = _shares(ops)
     colors = [
         BOTTLENECK_COLOR
         if verdict is not None and op.label == verdict.op
@@ -238,6 +242,12 @@ def _plot_ops(
                 textcoords="offset points",
                 va="center",
             )
+
+
+def _shares(ops: list[job_view.OpView]) -> list[float]:
+    """Each op's share of the time: as reported, else from its own time."""
+    total = sum(op.own_s or 0 for op in ops) or 1.0
+    return [op.share if op.share is not None else (op.own_s or 0) / total for op in ops]
 
 
 def _plot_consumers(ax: Axes, job: Mapping[str, Any]) -> None:

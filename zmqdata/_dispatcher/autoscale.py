@@ -30,6 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def _is_seconds(value: Any) -> bool:
+    """``value`` is a finite number of seconds, not negative."""
+    return isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+def _is_fraction(value: Any) -> bool:
+    """``value`` is a number in ``[0, 1]``."""
+    return isinstance(value, int | float) and 0 <= value <= 1
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The thresholds and timing of the rule (see the module docstring)."""
@@ -52,20 +62,21 @@ class Policy:
     def __post_init__(self) -> None:
         for name in ("window_s", "cooldown_s"):
             value = getattr(self, name)
-            if (
-                not (isinstance(value, int | float) and math.isfinite(value))
-                or value < 0
-            ):
+            if not _is_seconds(value):
                 raise ValueError(f"Policy.{name} must be >= 0 seconds, got {value!r}")
         for name in ("starved_up", "fill_up", "starved_down", "fill_down"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0 <= value <= 1:
+            if not _is_fraction(value):
                 raise ValueError(f"Policy.{name} must be in [0, 1], got {value!r}")
         if self.starved_down >= self.starved_up or self.fill_up >= self.fill_down:
             raise ValueError(
                 "Policy thresholds need a gap: starved_down < starved_up and "
                 f"fill_up < fill_down, got {self!r}"
             )
+        self._check_workers()
+
+    def _check_workers(self) -> None:
+        """``min_workers`` at least 1, ``max_workers`` (if any) at least that."""
         if not isinstance(self.min_workers, int) or self.min_workers < 1:
             raise ValueError(
                 f"Policy.min_workers must be >= 1, got {self.min_workers!r}"
@@ -159,24 +170,15 @@ class Autoscaler:
 
     def observe(self, signals: Signals) -> Advice:
         """Takes one observation; returns (and keeps) the advice it leads to."""
-        policy, now = self.policy, signals.time
-        if self._since == -math.inf:
-            self._since = now
-        self._window.append(signals)
-        while self._window and self._window[0].time < now - policy.window_s:
-            self._window.popleft()
+        now = signals.time
+        self._slide(signals)
         starved = [s.starved or 0.0 for s in self._window]
         fill = [1.0 if s.fill is None else s.fill for s in self._window]
         mean_starved, mean_fill = sum(starved) / len(starved), sum(fill) / len(fill)
         step, reason = self._decide(signals, starved, fill, mean_starved, mean_fill)
-        if step:
-            self._target = policy.clamp(max(1, signals.workers) + step)
-            self._last_step, self._since = now, now
-            self._window.clear()
-        if self._target is None:
-            self._target = policy.clamp(max(1, signals.workers))
+        target = self._take(signals, step)
         self.advice = Advice(
-            self._target,
+            target,
             signals.workers,
             reason,
             mean_starved,
@@ -184,6 +186,25 @@ class Autoscaler:
             None if self._last_step is None else now - self._last_step,
         )
         return self.advice
+
+    def _slide(self, signals: Signals) -> None:
+        """Adds ``signals`` to the window and drops what fell out of it."""
+        now = signals.time
+        if self._since == -math.inf:
+            self._since = now
+        self._window.append(signals)
+        while self._window and self._window[0].time < now - self.policy.window_s:
+            self._window.popleft()
+
+    def _take(self, signals: Signals, step: int) -> int:
+        """The target, moved by ``step`` workers (a step starts a new window)."""
+        if step:
+            self._target = self.policy.clamp(max(1, signals.workers) + step)
+            self._last_step, self._since = signals.time, signals.time
+            self._window.clear()
+        if self._target is None:
+            self._target = self.policy.clamp(max(1, signals.workers))
+        return self._target
 
     def _decide(
         self,
@@ -194,24 +215,36 @@ class Autoscaler:
         mean_fill: float,
     ) -> tuple[int, str]:
         """``(step, reason)``: +1, -1 or 0 workers, and why."""
-        policy, now = self.policy, signals.time
+        policy, workers = self.policy, signals.workers
         figures = f"consumers waited {mean_starved:.0%}, buffers {mean_fill:.0%} full"
-        if signals.workers == 0:
-            return 0, "hold: no worker registered"
-        if now - self._since < policy.window_s:
-            return 0, f"hold: observing for {policy.window_s:g} s ({figures})"
-        if self._last_step is not None and now - self._last_step < policy.cooldown_s:
-            return 0, f"hold: cooling down ({figures})"
+        held = self._held(signals.time, workers, figures)
+        if held is not None:
+            return 0, held
         kind = kind_of(mean_starved, mean_fill, policy)
         up = kind == "input-bound" and mean_fill <= policy.fill_up
-        if up and (policy.max_workers is None or signals.workers < policy.max_workers):
+        if up and (policy.max_workers is None or workers < policy.max_workers):
             return +1, f"up: {figures}: producers are the bottleneck"
-        down = all(
-            kind_of(s, f, policy) == "trainer-bound" and f >= policy.fill_down
-            for s, f in zip(starved, fill, strict=True)
-        )
-        if down and signals.workers > policy.min_workers:
+        if self._idle(starved, fill) and workers > policy.min_workers:
             return -1, f"down: {figures}: workers idle"
         if kind == "network-bound":
             return 0, f"hold: {figures}: network-bound, more workers would not help"
         return 0, f"hold: {figures}"
+
+    def _held(self, now: float, workers: int, figures: str) -> str | None:
+        """Why no step may be taken now, whatever the signals say (None: it may)."""
+        policy = self.policy
+        if workers == 0:
+            return "hold: no worker registered"
+        if now - self._since < policy.window_s:
+            return f"hold: observing for {policy.window_s:g} s ({figures})"
+        if self._last_step is not None and now - self._last_step < policy.cooldown_s:
+            return f"hold: cooling down ({figures})"
+        return None
+
+    def _idle(self, starved: list[float], fill: list[float]) -> bool:
+        """Every observation of the window says: nobody waits, buffers full."""
+        policy = self.policy
+        return all(
+            kind_of(s, f, policy) == "trainer-bound" and f >= policy.fill_down
+            for s, f in zip(starved, fill, strict=True)
+        )

@@ -82,49 +82,73 @@ def _ops(tasks: Sequence[TaskReport]) -> tuple[list[dict[str, Any]], float]:
     for task in tasks:
         elapsed = _number(task.stats.get("elapsed_s"))
         total += elapsed
-        reported = task.stats.get("ops")
-        for op in reported if isinstance(reported, list) else []:
-            if not isinstance(op, dict) or not isinstance(op.get("op"), str):
-                continue
-            index = op.get("index")
-            key = (index if isinstance(index, int) else -1, op["op"][:100])
-            entry = ops.setdefault(
-                key,
-                {
-                    "op": key[1],
-                    "index": key[0],
-                    "own_s": 0.0,
-                    "waited_s": 0.0,
-                    "elements": 0,
-                    "elements_per_s": 0.0,
-                    "bytes": 0,
-                    "threads": None,
-                    "busy": None,
-                    "_busy_s": 0.0,
-                    "_capacity_s": 0.0,
-                },
-            )
-            entry["own_s"] += _number(op.get("own_s"))
+        for op in _reported_ops(task.stats):
+            key = _op_key(op)
+            entry = ops.setdefault(key, _new_op(key))
+            _add_op(entry, op, elapsed)
             total += _number(op.get("thread_s"))  # other threads' time
-            entry["waited_s"] += _number(op.get("waited_s"))
-            entry["elements"] += int(_number(op.get("elements")))
-            entry["bytes"] += int(_number(op.get("bytes")))
-            if elapsed > 0:
-                entry["elements_per_s"] += _number(op.get("elements")) / elapsed
-            threads = op.get("threads")
-            if isinstance(threads, int) and threads > 0 and elapsed > 0:
-                entry["threads"] = threads
-                entry["_busy_s"] += _number(op.get("busy")) * threads * elapsed
-                entry["_capacity_s"] += threads * elapsed
     for entry in ops.values():
-        busy, capacity = entry.pop("_busy_s"), entry.pop("_capacity_s")
-        if capacity:
-            entry["busy"] = round(busy / capacity, 3)
-        entry["share"] = round(entry["own_s"] / total, 3) if total else None
-        entry["own_s"] = round(entry["own_s"], 3)
-        entry["waited_s"] = round(entry["waited_s"], 3)
-        entry["elements_per_s"] = round(entry["elements_per_s"], 2)
+        _finish_op(entry, total)
     return sorted(ops.values(), key=lambda op: op["index"]), total
+
+
+def _reported_ops(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """The well-formed op entries of a task's stats (each names its op)."""
+    reported = stats.get("ops")
+    if not isinstance(reported, list):
+        return []
+    return [
+        op for op in reported if isinstance(op, dict) and isinstance(op.get("op"), str)
+    ]
+
+
+def _op_key(op: dict[str, Any]) -> tuple[int, str]:
+    """Which op of the job an entry counts for: its index (-1: none) and name."""
+    index = op.get("index")
+    return index if isinstance(index, int) else -1, op["op"][:100]
+
+
+def _new_op(key: tuple[int, str]) -> dict[str, Any]:
+    """An op's entry before any task's figures are added."""
+    return {
+        "op": key[1],
+        "index": key[0],
+        "own_s": 0.0,
+        "waited_s": 0.0,
+        "elements": 0,
+        "elements_per_s": 0.0,
+        "bytes": 0,
+        "threads": None,
+        "busy": None,
+        "_busy_s": 0.0,
+        "_capacity_s": 0.0,
+    }
+
+
+def _add_op(entry: dict[str, Any], op: dict[str, Any], elapsed: float) -> None:
+    """Adds one task's figures for an op (the task ran ``elapsed`` seconds)."""
+    entry["own_s"] += _number(op.get("own_s"))
+    entry["waited_s"] += _number(op.get("waited_s"))
+    entry["elements"] += int(_number(op.get("elements")))
+    entry["bytes"] += int(_number(op.get("bytes")))
+    if elapsed > 0:
+        entry["elements_per_s"] += _number(op.get("elements")) / elapsed
+    threads = op.get("threads")
+    if isinstance(threads, int) and threads > 0 and elapsed > 0:
+        entry["threads"] = threads
+        entry["_busy_s"] += _number(op.get("busy")) * threads * elapsed
+        entry["_capacity_s"] += threads * elapsed
+
+
+def _finish_op(entry: dict[str, Any], total: float) -> None:
+    """An op's sums as shown: busy and share as fractions, figures rounded."""
+    busy, capacity = entry.pop("_busy_s"), entry.pop("_capacity_s")
+    if capacity:
+        entry["busy"] = round(busy / capacity, 3)
+    entry["share"] = round(entry["own_s"] / total, 3) if total else None
+    entry["own_s"] = round(entry["own_s"], 3)
+    entry["waited_s"] = round(entry["waited_s"], 3)
+    entry["elements_per_s"] = round(entry["elements_per_s"], 2)
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -248,6 +272,7 @@ def _verdict(
     fill: float | None,
     policy: Policy,
 ) -> dict[str, Any]:
+    """The bottleneck: its kind and line, the op named, stragglers, evidence."""
     waits = [c["waited"] for c in consumers if c["waited"] is not None]
     waited = sum(waits) / len(waits) if waits else None
     top = max(ops, key=lambda op: op["own_s"], default=None)
@@ -255,48 +280,9 @@ def _verdict(
     evidence = {"waited": waited, "buffer_fill": fill, "blocked": blocked}
     if top is not None and top["share"] is not None:
         evidence["op_share"] = top["share"]
-    where = ""
-    if top is not None and top["share"]:
-        threads = (
-            f" ({top['threads']} threads, {top['busy']:.0%} busy)"
-            if top["threads"] and top["busy"] is not None
-            else ""
-        )
-        where = f"{top['op']} uses {top['share']:.0%} of worker time{threads}"
     kind = kind_of(waited, fill, policy, blocked)
-    if waited is None:
-        line = "unknown: no consumer has reported its waits yet"
-    elif kind == "network-bound":
-        line = (
-            f"network-bound: the trainers waited {waited:.0%} of the last minute "
-            f"while the workers' buffers stayed {fill or 0:.0%} full and their "
-            f"producers were blocked {blocked:.0%} of the time: elements are made "
-            "faster than they arrive"
-        )
-    elif kind == "input-bound":
-        line = "; ".join(
-            (
-                f"input-bound: {where}" if where else "input-bound",
-                f"the trainers waited {waited:.0%} of the last minute",
-                _more_workers(len(workers), waited),
-            )
-        )
-    elif kind == "trainer-bound":
-        line = f"trainer-bound: consumers waited {waited:.0%} of the last minute" + (
-            "" if fill is None else f"; the workers' buffers are {fill:.0%} full"
-        )
-    else:
-        line = f"balanced: the trainers waited {waited:.0%} of the last minute" + (
-            f"; {where}" if where else ""
-        )
-    slow = [f"worker {w['address']}" for w in workers if w["straggler"]]
-    slow += [
-        f"rank {c['consumer_index']}"
-        if c["consumer_index"] is not None
-        else f"client {c['client_id']}"
-        for c in consumers
-        if c["straggler"]
-    ]
+    line = _line(kind, waited, fill, blocked, _where(top), len(workers))
+    slow = _slow(workers, consumers)
     if slow:
         line += f"; straggler{'s' * (len(slow) > 1)}: {', '.join(slow)}"
     return {
@@ -306,6 +292,65 @@ def _verdict(
         "stragglers": slow,
         "evidence": evidence,
     }
+
+
+def _where(top: dict[str, Any] | None) -> str:
+    """Which op takes most of the workers' time, and how busy its threads are."""
+    if top is None or not top["share"]:
+        return ""
+    threads = (
+        f" ({top['threads']} threads, {top['busy']:.0%} busy)"
+        if top["threads"] and top["busy"] is not None
+        else ""
+    )
+    return f"{top['op']} uses {top['share']:.0%} of worker time{threads}"
+
+
+def _line(
+    kind: str,
+    waited: float | None,
+    fill: float | None,
+    blocked: float,
+    where: str,
+    workers: int,
+) -> str:
+    """The verdict in words (``where``: the busiest op, see ``_where``)."""
+    if waited is None:
+        return "unknown: no consumer has reported its waits yet"
+    if kind == "network-bound":
+        return (
+            f"network-bound: the trainers waited {waited:.0%} of the last minute "
+            f"while the workers' buffers stayed {fill or 0:.0%} full and their "
+            f"producers were blocked {blocked:.0%} of the time: elements are made "
+            "faster than they arrive"
+        )
+    if kind == "input-bound":
+        return "; ".join(
+            (
+                f"input-bound: {where}" if where else "input-bound",
+                f"the trainers waited {waited:.0%} of the last minute",
+                _more_workers(workers, waited),
+            )
+        )
+    if kind == "trainer-bound":
+        return f"trainer-bound: consumers waited {waited:.0%} of the last minute" + (
+            "" if fill is None else f"; the workers' buffers are {fill:.0%} full"
+        )
+    return f"balanced: the trainers waited {waited:.0%} of the last minute" + (
+        f"; {where}" if where else ""
+    )
+
+
+def _slow(workers: list[dict[str, Any]], consumers: list[dict[str, Any]]) -> list[str]:
+    """The stragglers by name: workers by address, consumers by rank or client."""
+    slow = [f"worker {w['address']}" for w in workers if w["straggler"]]
+    return slow + [
+        f"rank {c['consumer_index']}"
+        if c["consumer_index"] is not None
+        else f"client {c['client_id']}"
+        for c in consumers
+        if c["straggler"]
+    ]
 
 
 def diagnose(

@@ -71,6 +71,19 @@ def load(records: ClusterRecords, data: bytes) -> None:
     body = msgpack.unpackb(data, strict_map_key=False)
     if body.get("format") != FORMAT:
         raise ValueError(f"unknown snapshot format {body.get('format')!r}")
+    _load_tables(records, body)
+    records.datasets_by_fingerprint = dict(body["by_fingerprint"])
+    records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
+    records.collected_clients = dict(body["collected_clients"])
+    records.created_by = dict(body.get("created_by", []))
+    for row in body.get("saves", []):
+        chunks = {chunk[0]: list(chunk[1:]) for chunk in row.pop("chunks")}
+        records.saves[row["save_id"]] = model.Save(**row, chunks=chunks)
+    records.next_id = body["next_id"]
+
+
+def _load_tables(records: ClusterRecords, body: dict[str, Any]) -> None:
+    """The record tables, in an order that links each to those before it."""
     for worker in map(_worker, body["workers"]):
         records.add_worker(worker)
     for dataset in map(_dataset, body["datasets"]):
@@ -83,14 +96,6 @@ def load(records: ClusterRecords, data: bytes) -> None:
         records.add_task(task)
     for client in map(_client, body["clients"]):
         records.clients[client.client_id] = client
-    records.datasets_by_fingerprint = dict(body["by_fingerprint"])
-    records.named_jobs = {(d, n): job_id for d, n, job_id in body["named_jobs"]}
-    records.collected_clients = dict(body["collected_clients"])
-    records.created_by = dict(body.get("created_by", []))
-    for row in body.get("saves", []):
-        chunks = {chunk[0]: list(chunk[1:]) for chunk in row.pop("chunks")}
-        records.saves[row["save_id"]] = model.Save(**row, chunks=chunks)
-    records.next_id = body["next_id"]
 
 
 DROPPED = {"Worker": ("last_seen",), "Client": ("last_seen",)}

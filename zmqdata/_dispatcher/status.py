@@ -56,47 +56,61 @@ def render(
     worker was last heard from) and the uptime since ``started`` (``None``
     without it).
     """
-    task_counts: dict[int, int] = {}
-    for task in records.tasks.values():
-        if not task.finished:
-            task_counts[task.worker_id] = task_counts.get(task.worker_id, 0) + 1
     served = _served_by_job(records, samples)
     diagnosed = _diagnose(records, samples, reads or {}, policy or Policy())
+    ignored = ignored or {}
     return {
         "version": __version__,
         "uptime_s": None if now is None or started is None else now - started,
         "worker_timeout_s": worker_timeout_s,
-        "workers": [
-            _worker(
-                w,
-                task_counts.get(w.worker_id, 0),
-                samples.get(w.worker_id),
-                None if now is None or seen is None else now - seen(w.worker_id),
-                (protocols or {}).get(w.worker_id),
-            )
-            for w in records.workers.values()
-        ],
+        "workers": _workers(records, samples, protocols or {}, now, seen),
         "saves": [_save(s) for s in records.saves.values()],
-        "datasets": [
-            {
-                "dataset_id": d.dataset_id,
-                "fingerprint": d.fingerprint,
-                "compression": d.compression,
-                "pipeline_bytes": len(d.pipeline),
-            }
-            for d in records.datasets.values()
-        ],
+        "datasets": [_dataset(d) for d in records.datasets.values()],
         "jobs": [
             _job(
                 records,
                 job,
                 served.get(job.job_id, Rate(0)),
-                (ignored or {}).get(job.job_id, {}),
+                ignored.get(job.job_id, {}),
             )
             | diagnosed.get(job.job_id, {})
             for job in records.jobs.values()
         ],
         "records": _table_sizes(records),
+    }
+
+
+def _workers(
+    records: ClusterRecords,
+    samples: Mapping[int, WorkerSample],
+    protocols: Mapping[int, int],
+    now: float | None,
+    seen: Callable[[int], float] | None,
+) -> list[dict[str, Any]]:
+    """Every worker's status (``render``'s arguments of the same names)."""
+    task_counts: dict[int, int] = {}
+    for task in records.tasks.values():
+        if not task.finished:
+            task_counts[task.worker_id] = task_counts.get(task.worker_id, 0) + 1
+    return [
+        _worker(
+            w,
+            task_counts.get(w.worker_id, 0),
+            samples.get(w.worker_id),
+            None if now is None or seen is None else now - seen(w.worker_id),
+            protocols.get(w.worker_id),
+        )
+        for w in records.workers.values()
+    ]
+
+
+def _dataset(dataset: model.Dataset) -> dict[str, Any]:
+    """A dataset's ids and the size of its pipeline."""
+    return {
+        "dataset_id": dataset.dataset_id,
+        "fingerprint": dataset.fingerprint,
+        "compression": dataset.compression,
+        "pipeline_bytes": len(dataset.pipeline),
     }
 
 
@@ -107,6 +121,20 @@ def _diagnose(
     policy: Policy,
 ) -> dict[int, dict[str, Any]]:
     """By job id: its ops, phases, workers, consumers and bottleneck."""
+    tasks = _task_reports(records, samples)
+    consumers = _consumer_reports(records, reads)
+    return {
+        job_id: diagnosis.diagnose(
+            tasks.get(job_id, []), consumers.get(job_id, []), policy
+        )
+        for job_id in records.jobs
+    }
+
+
+def _task_reports(
+    records: ClusterRecords, samples: Mapping[int, WorkerSample]
+) -> dict[int, list[diagnosis.TaskReport]]:
+    """By job id: what the workers reported of its tasks."""
     tasks: dict[int, list[diagnosis.TaskReport]] = {}
     for worker_id, sample in samples.items():
         worker = records.workers.get(worker_id)
@@ -120,6 +148,13 @@ def _diagnose(
             tasks.setdefault(job_id, []).append(
                 diagnosis.TaskReport(worker_id, worker.worker_address, rate, stats)
             )
+    return tasks
+
+
+def _consumer_reports(
+    records: ClusterRecords, reads: Mapping[int, Reads]
+) -> dict[int, list[diagnosis.ConsumerReport]]:
+    """By job id: what its consumers reported of their reads."""
     consumers: dict[int, list[diagnosis.ConsumerReport]] = {}
     for client_id, read in reads.items():
         job_id = _job_of_client(records, client_id)
@@ -133,12 +168,7 @@ def _diagnose(
                     read.elements_per_s,
                 )
             )
-    return {
-        job_id: diagnosis.diagnose(
-            tasks.get(job_id, []), consumers.get(job_id, []), policy
-        )
-        for job_id in records.jobs
-    }
+    return consumers
 
 
 def _job_of(records: ClusterRecords, task_id: Any) -> int | None:
@@ -315,13 +345,7 @@ def _job(
     splits = _split_progress(dataset, job, iterations)
     finished = bool(iterations) and all(i.finished for i in iterations)
     return {
-        **({} if splits is None else {"splits": splits}),
-        **(
-            {"lost_keys": _lost_keys(iterations)}
-            if job.exactly_once and not job.dealt
-            else {}
-        ),
-        **({"dealt": _dealt(dataset, job, iterations)} if job.dealt else {}),
+        **_progress(dataset, job, iterations, splits),
         "seed": job.seed,
         "job_id": job.job_id,
         "job_name": job.name,
@@ -340,6 +364,23 @@ def _job(
         "errors_ignored": sum(count for count, _ in ignored.values()),
         "last_error_ignored": [*ignored.values()][-1][1] if ignored else None,
     }
+
+
+def _progress(
+    dataset: model.Dataset,
+    job: model.Job,
+    iterations: list[model.Iteration],
+    splits: dict[str, int] | None,
+) -> dict[str, Any]:
+    """What only some jobs show: split progress, lost keys, a dealt read."""
+    shown: dict[str, Any] = {}
+    if splits is not None:
+        shown["splits"] = splits
+    if job.exactly_once and not job.dealt:
+        shown["lost_keys"] = _lost_keys(iterations)
+    if job.dealt:
+        shown["dealt"] = _dealt(dataset, job, iterations)
+    return shown
 
 
 def _save(save: model.Save) -> dict[str, Any]:

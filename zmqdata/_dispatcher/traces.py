@@ -170,20 +170,11 @@ class Traces:
             )
         if peer.reported or msg.offset < peer.received:
             return  # sent again
-        if msg.offset != peer.received:
-            raise InvalidArgumentError(
-                f"trace_spans.offset: expected {peer.received}, got {msg.offset!r}"
-            )
-        if len(msg.spans) > CHUNK_SPANS or peer.received + len(msg.spans) > MAX_SPANS:
-            raise InvalidArgumentError(
-                f"trace_spans: {len(msg.spans)} spans after {peer.received}: over "
-                f"{CHUNK_SPANS} a chunk or {MAX_SPANS} a peer"
-            )
+        _check_chunk(peer, msg)
         spans = [self._checked(window, span) for span in msg.spans]
         threads = _checked_threads(msg.threads)
         clock = _checked_clock(msg.clock)
-        if not _is_int(msg.dropped) or not 0 <= msg.dropped < MAX_INT:
-            raise InvalidArgumentError(f"trace_spans.dropped: got {msg.dropped!r:.50}")
+        _check_dropped(msg.dropped)
         self._keep(window, key, spans)
         peer.received += len(spans)
         peer.clock = clock
@@ -231,15 +222,12 @@ class Traces:
         if not isinstance(span, list) or len(span) not in (5, 6):
             raise InvalidArgumentError(f"trace_spans: bad span {span!r:.100}")
         name, cat, tid, start, end, *args = span
-        low, high = window.start_ns - SLACK_NS, window.until_ns + SLACK_NS
         if not (
             _is_text(name, MAX_NAME_CHARS)
             and _is_text(cat, MAX_CAT_CHARS)
             and _is_int(tid)
             and 0 < tid <= MAX_THREADS
-            and _is_int(start)
-            and _is_int(end)
-            and low <= start <= end <= high
+            and _is_within(window, start, end)
             and (not args or _is_args(args[0]))
         ):
             raise InvalidArgumentError(
@@ -252,6 +240,12 @@ class Traces:
 
 def _is_int(value: Any) -> bool:
     return type(value) is int and -MAX_INT < value < MAX_INT
+
+
+def _is_within(window: Window, start: Any, end: Any) -> bool:
+    """``start`` to ``end`` is a span of the window, give or take ``SLACK_NS``."""
+    low, high = window.start_ns - SLACK_NS, window.until_ns + SLACK_NS
+    return _is_int(start) and _is_int(end) and low <= start <= end <= high
 
 
 def _is_text(value: Any, limit: int) -> bool:
@@ -292,3 +286,22 @@ def _checked_clock(clock: Any) -> list[int]:
     ):
         raise InvalidArgumentError(f"trace_spans.clock: got {clock!r:.100}")
     return list(clock)
+
+
+def _check_chunk(peer: Peer, msg: m.TraceSpans) -> None:
+    """A new chunk must follow on what ``peer`` sent and keep within the bounds."""
+    if msg.offset != peer.received:
+        raise InvalidArgumentError(
+            f"trace_spans.offset: expected {peer.received}, got {msg.offset!r}"
+        )
+    if len(msg.spans) > CHUNK_SPANS or peer.received + len(msg.spans) > MAX_SPANS:
+        raise InvalidArgumentError(
+            f"trace_spans: {len(msg.spans)} spans after {peer.received}: over "
+            f"{CHUNK_SPANS} a chunk or {MAX_SPANS} a peer"
+        )
+
+
+def _check_dropped(dropped: Any) -> None:
+    """How many spans a peer dropped: a count within bounds."""
+    if not _is_int(dropped) or not 0 <= dropped < MAX_INT:
+        raise InvalidArgumentError(f"trace_spans.dropped: got {dropped!r:.50}")
