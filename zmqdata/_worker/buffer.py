@@ -66,6 +66,13 @@ class Cancelled(Exception):
     """The producer was stopped while it waited."""
 
 
+def wait_for_room(cond: threading.Condition, stop: threading.Event | None) -> None:
+    """A full buffer's producer waits a moment (holding ``cond``); ``Cancelled`` on stop."""
+    if stop is not None and stop.is_set():
+        raise Cancelled
+    cond.wait(_WAIT_S)
+
+
 @dataclass(frozen=True, slots=True)
 class Raw:
     """A small element, encoded when sent (with its neighbours)."""
@@ -126,9 +133,7 @@ class TaskBuffer:
                 len(self._items) >= self._max_items
                 or self._bytes + nbytes > self._limit
             ):
-                if stop is not None and stop.is_set():
-                    raise Cancelled
-                self._cond.wait(_WAIT_S)
+                wait_for_room(self._cond, stop)
             was_empty = not self._items
             self._items.append((item, nbytes, lineage, marks))
             self._bytes += nbytes
@@ -153,30 +158,42 @@ class TaskBuffer:
         self, max_items: int, coverage: Coverage | None, max_bytes: int
     ) -> list[Raw | Encoded]:
         keys = self._keys if coverage is not None else None
+        covered = coverage if keys is not None else None  # tracked replies only
         with self._cond:
-            taken: list[Raw | Encoded] = []
-            lineages: list[Lineage] = []  # only what a tracked reply covers
-            taken_bytes = 0
-            while (
-                self._items
-                and len(taken) < max_items
-                and (not taken or taken_bytes + self._items[0][1] <= max_bytes)
-            ):
-                item, nbytes, lineage, marks = self._items.popleft()
-                self._bytes -= nbytes
-                taken_bytes += nbytes
-                taken.append(item)
-                if keys is not None:
-                    lineages.append(lineage)
-                    if marks and coverage is not None:
-                        coverage.mark(marks)
+            taken, lineages, taken_bytes = self._pop(max_items, max_bytes, covered)
             if taken:
-                if keys is not None and coverage is not None:
-                    keys.cover(lineages, coverage)
+                if keys is not None and covered is not None:
+                    keys.cover(lineages, covered)
                 if self._paced:
                     self._pace(taken_bytes, self._clock())
                 self._cond.notify_all()
             return taken
+
+    def _pop(
+        self, max_items: int, max_bytes: int, coverage: Coverage | None
+    ) -> tuple[list[Raw | Encoded], list[Lineage], int]:
+        """Removes one take's items (under the lock): them, their lineages, their bytes.
+
+        With ``coverage`` (a tracked reply), it keeps their lineages and marks.
+        """
+        items = self._items
+        taken: list[Raw | Encoded] = []
+        lineages: list[Lineage] = []  # only what a tracked reply covers
+        taken_bytes = 0
+        while (
+            items
+            and len(taken) < max_items
+            and (not taken or taken_bytes + items[0][1] <= max_bytes)
+        ):
+            item, nbytes, lineage, marks = items.popleft()
+            self._bytes -= nbytes
+            taken_bytes += nbytes
+            taken.append(item)
+            if coverage is not None:
+                lineages.append(lineage)
+                if marks:
+                    coverage.mark(marks)
+        return taken, lineages, taken_bytes
 
     def _pace(self, taken_bytes: int, now: float) -> None:
         """Counts bytes taken; at the end of a window, sets the limit from the rate."""

@@ -347,36 +347,14 @@ class DataLoop(PollLoop):
         log = self.tracer.log  # a trace window: each reply is a "send" span
         start = time.perf_counter_ns()
         sock, peer, message = request
-        groups: list[list[Any]] = []
-        raw: list[Any] = []
         try:
-            for item in items:
-                if isinstance(item, Raw):
-                    raw.append(item.element)
-                    continue
-                if raw:
-                    groups.append(frames.encode(raw))
-                    raw = []
-                groups.append(self._shared.frames_for(item, message))
-            if raw:
-                groups.append(frames.encode(raw))
+            groups = self._frame_groups(items, message)
         except ZmqDataError as error:
             self._reply_error(
                 request, error.code, f"cannot send an element: {error.message}"
             )
             return
-        header = m.Elements(
-            request_id=message.request_id,
-            task_id=message.task_id,
-            count=len(items),
-            end_of_sequence=eos,
-            rounds=rounds or [],
-            parts=[len(group) for group in groups],
-            lineage=[] if coverage is None else coverage.keys,
-            widths=[] if coverage is None else coverage.widths,
-            progress=[] if coverage is None else coverage.packed_progress(),
-            **(dealt or {}),
-        )
+        header = _header(message, len(items), eos, groups, rounds, coverage, dealt)
         parts = [peer, self._encode(peer, header)]
         nbytes = 0
         for group in groups:
@@ -391,6 +369,24 @@ class DataLoop(PollLoop):
         if log is not None:
             sent = {"task_id": runner.task_id, "elements": len(items), "bytes": nbytes}
             log.add("send", "worker", start, time.perf_counter_ns(), sent)
+
+    def _frame_groups(
+        self, items: list[Raw | Encoded], message: m.GetElements
+    ) -> list[list[Any]]:
+        """A reply's frames-codec messages: runs of small items coalesced into one."""
+        groups: list[list[Any]] = []
+        raw: list[Any] = []
+        for item in items:
+            if isinstance(item, Raw):
+                raw.append(item.element)
+                continue
+            if raw:
+                groups.append(frames.encode(raw))
+                raw = []
+            groups.append(self._shared.frames_for(item, message))
+        if raw:
+            groups.append(frames.encode(raw))
+        return groups
 
     def _reply_error(self, request: Request, code: str, text: str) -> None:
         sock, peer, message = request
@@ -407,3 +403,27 @@ class DataLoop(PollLoop):
     def _encode(self, peer: bytes, message: m.Message) -> bytes:
         """``message`` at the protocol version ``peer`` speaks."""
         return m.encode(message, self._spoken.of(peer))
+
+
+def _header(
+    message: m.GetElements,
+    count: int,
+    eos: bool,
+    groups: list[list[Any]],
+    rounds: list[int] | None,
+    coverage: Coverage | None,
+    dealt: dict[str, Any] | None,
+) -> m.Elements:
+    """The header of the reply to ``message``: what its ``groups`` of frames hold."""
+    return m.Elements(
+        request_id=message.request_id,
+        task_id=message.task_id,
+        count=count,
+        end_of_sequence=eos,
+        rounds=rounds or [],
+        parts=[len(group) for group in groups],
+        lineage=[] if coverage is None else coverage.keys,
+        widths=[] if coverage is None else coverage.widths,
+        progress=[] if coverage is None else coverage.packed_progress(),
+        **(dealt or {}),
+    )

@@ -29,10 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from zmqdata._wire import messages as m
-from zmqdata._worker.buffer import Cancelled, Encoded, Raw
+from zmqdata._worker.buffer import Encoded, Raw, wait_for_room
 from zmqdata._worker.serving import Refuse
 
-_WAIT_S = 0.05
 COUNTS_TOLD = 64
 """How many of the task's latest split counts every reply carries."""
 
@@ -119,9 +118,7 @@ class DealtBuffer:
                     or self._bytes + nbytes > self._max_bytes
                 )
             ):
-                if stop is not None and stop.is_set():
-                    raise Cancelled
-                self._cond.wait(_WAIT_S)
+                wait_for_room(self._cond, stop)
             split = self._splits.get(ordinal)
             if split is None:  # released meanwhile
                 return False
@@ -272,42 +269,65 @@ def answer(
     """
     if buffer is None:
         return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
-    indices = request.indices
-    wanted = bool(indices) and sorted(set(indices)) == indices
-    if request.split < 0 or not (wanted or (request.have and not indices)):
-        return Refuse(
-            "INVALID_ARGUMENT",
-            "a dealt read asks for a split (>= 0) and ascending distinct indices, "
-            "or says what it has of one",
-        )
+    invalid = _invalid(request)
+    if invalid is not None:
+        return invalid
     if request.have:
         buffer.discard(request.split, request.have)
-    if not indices:
+    if not request.indices:
         return DealtSend([], request.split, [], 0, False, buffer.counts())
-    items, taken, split = buffer.take(request.split, indices)
+    items, taken, split = buffer.take(request.split, request.indices)
     if split is None:
-        if request.split < buffer.released or buffer.ended:
-            if buffer.error is not None:
-                return Refuse(*buffer.error)
-            return Refuse(
-                "NOT_FOUND",
-                f"split {request.split} is not held by task {request.task_id}",
-            )
-        if buffer.awaits(request.split, -1):
-            return answer(request, buffer)
-        return None  # handed to this task, not opened by its producer yet
-    if not items and indices[0] < split.produced:
-        return Refuse(
-            "FAILED_PRECONDITION",
-            f"element {indices[0]} of split {request.split} was sent already (or "
-            "skipped): was a consumer restarted under the same job name?",
-        )
-    if items or (split.ended and indices[0] >= split.produced):
+        return _not_open(request, buffer)
+    if items:
         return DealtSend(
             items, request.split, taken, split.produced, split.ended, buffer.counts()
         )
+    return _none_taken(request, buffer, split)
+
+
+def _invalid(request: m.GetElements) -> Refuse | None:
+    """A refusal if ``request`` names no split, or neither indices nor what it has."""
+    indices = request.indices
+    wanted = bool(indices) and sorted(set(indices)) == indices
+    if request.split >= 0 and (wanted or (request.have and not indices)):
+        return None
+    return Refuse(
+        "INVALID_ARGUMENT",
+        "a dealt read asks for a split (>= 0) and ascending distinct indices, "
+        "or says what it has of one",
+    )
+
+
+def _not_open(request: m.GetElements, buffer: DealtBuffer) -> DealtSend | Refuse | None:
+    """A request for a split the buffer does not hold: refused, or parked until opened."""
+    if request.split < buffer.released or buffer.ended:
+        if buffer.error is not None:
+            return Refuse(*buffer.error)
+        return Refuse(
+            "NOT_FOUND",
+            f"split {request.split} is not held by task {request.task_id}",
+        )
+    if buffer.awaits(request.split, -1):
+        return answer(request, buffer)  # opened meanwhile
+    return None  # handed to this task, not opened by its producer yet
+
+
+def _none_taken(
+    request: m.GetElements, buffer: DealtBuffer, split: _Split
+) -> DealtSend | Refuse | None:
+    """A request whose first index is not held: sent already, past the end, or to come."""
+    first = request.indices[0]
+    if first < split.produced:
+        return Refuse(
+            "FAILED_PRECONDITION",
+            f"element {first} of split {request.split} was sent already (or "
+            "skipped): was a consumer restarted under the same job name?",
+        )
+    if split.ended:
+        return DealtSend([], request.split, [], split.produced, True, buffer.counts())
     if buffer.ended and buffer.error is not None:
         return Refuse(*buffer.error)
-    if buffer.awaits(request.split, indices[0]):  # made meanwhile
+    if buffer.awaits(request.split, first):  # made meanwhile
         return answer(request, buffer)
     return None

@@ -67,20 +67,34 @@ class ParkedRequests(Generic[R]):
         if peers is None:
             return
         if any_order:
-            for peer, queue in list(peers.items()):
-                while queue and serve(queue[0]):
-                    queue.popleft()
-                if not queue:
-                    del peers[peer]
+            _serve_each(peers, serve)
         else:
-            while peers:
-                peer, queue = next(iter(peers.items()))
-                if not serve(queue[0]):
-                    break
-                queue.popleft()
-                if queue:
-                    peers.move_to_end(peer)
-                else:
-                    del peers[peer]
+            _serve_in_turns(peers, serve)
         if not peers:
             del self._tasks[task_id]
+
+
+def _serve_each(
+    peers: OrderedDict[Hashable, deque[R]], serve: Callable[[R], bool]
+) -> None:
+    """Offers each peer's requests in order, until ``serve`` declines one of its own."""
+    for peer, queue in list(peers.items()):
+        while queue and serve(queue[0]):
+            queue.popleft()
+        if not queue:
+            del peers[peer]
+
+
+def _serve_in_turns(
+    peers: OrderedDict[Hashable, deque[R]], serve: Callable[[R], bool]
+) -> None:
+    """Peers take turns, one request each, until ``serve`` declines one."""
+    while peers:
+        peer, queue = next(iter(peers.items()))
+        if not serve(queue[0]):
+            break
+        queue.popleft()
+        if queue:
+            peers.move_to_end(peer)
+        else:
+            del peers[peer]

@@ -58,18 +58,22 @@ def answer(
         return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
     if isinstance(output, SlidingWindowCache):
         return _from_cache(request, output)
+    return _from_buffer(request, output, tracked)
+
+
+def _from_buffer(
+    request: m.GetElements, buffer: TaskBuffer, tracked: bool
+) -> Send | Refuse | None:
+    """First come, first served: the items the buffer holds, then its end."""
     coverage = Coverage() if tracked else None
-    items = output.take_covered(request.max_elements, coverage)
-    finished = output.finished
-    if finished and output.error is not None:
-        if items:
-            return Send(items, False, coverage)
-        return Refuse(*output.error)
-    if finished and coverage is not None:
-        coverage.extend(output.dropped)
-    if items or finished:
-        return Send(items, finished, coverage)
-    return None
+    items = buffer.take_covered(request.max_elements, coverage)
+    if not buffer.finished:
+        return Send(items, False, coverage) if items else None
+    if buffer.error is not None:  # what was made goes first, then the error
+        return Send(items, False, coverage) if items else Refuse(*buffer.error)
+    if coverage is not None:
+        coverage.extend(buffer.dropped)
+    return Send(items, True, coverage)
 
 
 def _from_cache(

@@ -17,6 +17,7 @@ from typing import Any
 
 from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.iterator import (
+    DatasetIterator,
     IgnoredErrors,
     IterContext,
     ListSplitProvider,
@@ -47,6 +48,8 @@ logger = logging.getLogger("zmqdata.worker")
 INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 1024
 BUFFER_BYTES = 64 * 2**20
+_NEVER = threading.Event()
+"""Never set: what a task that drains at its splits' ends checks per element."""
 
 
 class TaskRunner:
@@ -209,45 +212,14 @@ class TaskRunner:
         error: tuple[str, str] | None = None
         left = False
         try:
-            task = self._task
             root = self._pipeline.root()
             threads.limit_producer(self.thread_limit)
-            ctx = IterContext()
             marks = Marks() if self.tracked and expands_below(root) else None
-            if task.processing_mode == ShardingPolicy.DYNAMIC:
-                self.splits = provider = RemoteSplitProvider(
-                    self._dispatcher,
-                    task.iteration_id,
-                    self.task_id,
-                    self._stop,
-                    self._timeout_s,
-                    self._keys,
-                    self.buffer.handed if self.tracked else None,
-                    self._draining,
-                    dealt=self.dealt is not None,
-                    marks=marks,
-                )
-                provider.tracer = self.tracer
-                if self.dealt is not None:
-                    with self._profiling(root, provider) as profiled:
-                        self._produce_dealt(root, provider, profiled)
-                    return
-                ctx = IterContext(
-                    split_source=find_split_source(root),
-                    split_provider=provider,
-                    lineage=self.tracked,
-                    marks=marks,
-                )
-            elif task.processing_mode in STATIC:
-                root, ctx = sharding.static_shard(
-                    root, task.processing_mode, task.num_workers, task.worker_index
-                )
-            ctx.ignored = self.ignored
-            with self._profiling(root, provider) as ctx.profile:
-                self._produce_all(root, ctx, provider, marks)
+            if self._task.processing_mode == ShardingPolicy.DYNAMIC:
+                self.splits = provider = self._split_provider(marks)
+            self._run(root, provider, marks)
         except Cancelled:
             left = not self._stop.is_set()  # drained: no end, nothing dropped
-            return
         except ZmqDataError as failure:
             error = to_code(failure)
         except Exception as failure:  # user code: the consumer gets type and message
@@ -261,6 +233,57 @@ class TaskRunner:
             else:
                 self._sink.finish(error)
             self._wake(self.task_id)
+
+    def _split_provider(self, marks: Marks | None) -> RemoteSplitProvider:
+        """DYNAMIC: the task's splits, fetched from the dispatcher."""
+        provider = RemoteSplitProvider(
+            self._dispatcher,
+            self._task.iteration_id,
+            self.task_id,
+            self._stop,
+            self._timeout_s,
+            self._keys,
+            self.buffer.handed if self.tracked else None,
+            self._draining,
+            dealt=self.dealt is not None,
+            marks=marks,
+        )
+        provider.tracer = self.tracer
+        return provider
+
+    def _run(
+        self, root: Node, provider: RemoteSplitProvider | None, marks: Marks | None
+    ) -> None:
+        """Runs the pipeline, sharded as the task says, into the task's output."""
+        if provider is not None and self.dealt is not None:
+            with self._profiling(root, provider) as profiled:
+                self._produce_dealt(root, provider, profiled)
+            return
+        root, ctx = self._sharded(root, provider, marks)
+        ctx.ignored = self.ignored
+        # Drained, a DYNAMIC task finishes the splits it holds (it asks for no
+        # more); others have none to finish and stop at the element in progress.
+        draining = self._draining if provider is None else _NEVER
+        with self._profiling(root, provider) as ctx.profile:
+            self._produce_all(root, ctx, marks, draining)
+
+    def _sharded(
+        self, root: Node, provider: RemoteSplitProvider | None, marks: Marks | None
+    ) -> tuple[Node, IterContext]:
+        """The pipeline and its context: reading ``provider``'s splits, or a static shard."""
+        task = self._task
+        if provider is not None:
+            return root, IterContext(
+                split_source=find_split_source(root),
+                split_provider=provider,
+                lineage=self.tracked,
+                marks=marks,
+            )
+        if task.processing_mode in STATIC:
+            return sharding.static_shard(
+                root, task.processing_mode, task.num_workers, task.worker_index
+            )
+        return root, IterContext()
 
     @contextmanager
     def _profiling(
@@ -284,12 +307,14 @@ class TaskRunner:
         self,
         root: Node,
         ctx: IterContext,
-        provider: RemoteSplitProvider | None,
         marks: Marks | None,
+        draining: threading.Event,
     ) -> None:
         """Runs the pipeline into the buffer until it ends or the task stops.
 
-        With a profile, the elements it picks are timed (``profile.timed``).
+        It stops (``Cancelled``) at the element in progress once ``draining``
+        is set. With a profile, the elements it picks are timed
+        (``profile.timed``).
         """
         iterator = make_iterator(root, ctx)
         profile = ctx.profile
@@ -304,14 +329,14 @@ class TaskRunner:
                     timed.end()
                 if self._stop.is_set():
                     return
-                if self._draining.is_set() and provider is None:
-                    raise Cancelled  # no splits to finish: stop here
+                if draining.is_set():
+                    raise Cancelled
                 if not tracked:
-                    self._put(element, EMPTY, None, timed)
+                    self._put(element, timed)
                 elif marks is None:
-                    self._put(element, iterator.lineage, None, timed)
+                    self._put(element, timed, iterator.lineage)
                 else:
-                    self._put(element, *marks.split(iterator.lineage), timed)
+                    self._put(element, timed, *marks.split(iterator.lineage))
                 timed = None
                 if countdown:
                     countdown -= 1
@@ -337,73 +362,73 @@ class TaskRunner:
                 self._wake(self.task_id)
             one = ListSplitProvider([[lo, hi]])
             ctx = IterContext(source, one, ignored=self.ignored, profile=profiled)
-            iterator = make_iterator(root, ctx)
-            count = 0
-            timed = False
-            try:
-                for element in iterator:
-                    if timed:
-                        profiled.end()  # type: ignore[union-attr]
-                    if self._stop.is_set():
-                        raise Cancelled
-                    if count >= skip:
-                        start = time.perf_counter_ns() if timed else 0
-                        item, size = self._item(element)
-                        encoded = time.perf_counter_ns() if timed else 0
-                        if self.dealt.put(ordinal, count, item, size, self._stop):
-                            self._wake(self.task_id)
-                        if timed:
-                            profiled.phase("encode", encoded - start)  # type: ignore[union-attr]
-                            profiled.phase("blocked", time.perf_counter_ns() - encoded)  # type: ignore[union-attr]
-                        if size > INLINE_BYTES:
-                            self.compression.resume()
-                    count += 1
-                    timed = profiled is not None and profiled.timed()
-            finally:
-                if timed:  # the split ended while an element was asked for
-                    profiled.end()  # type: ignore[union-attr]
-                iterator.close()
+            count = self._deal(make_iterator(root, ctx), ordinal, skip, profiled)
             self.dealt.end(ordinal, count)
             provider.counted(ordinal, count)
             self._wake(self.task_id)
         self.dealt.release(provider.released)
 
-    def _item(self, element: Any) -> tuple[Raw | Encoded, int]:
-        """A buffer item for ``element`` (large ones encoded here), and its size."""
-        element, size = retained.compact(element)
-        if size <= INLINE_BYTES:
-            return Raw(element), size
+    def _deal(
+        self,
+        iterator: DatasetIterator,
+        ordinal: int,
+        skip: int,
+        profiled: profiling.Profile | None,
+    ) -> int:
+        """Puts split ``ordinal``'s elements past the first ``skip``; returns its count."""
+        count = 0
+        timed = False
+        try:
+            for element in iterator:
+                if timed:
+                    profiled.end()  # type: ignore[union-attr]
+                if self._stop.is_set():
+                    raise Cancelled
+                if count >= skip:
+                    self._put(element, profiled if timed else None, at=(ordinal, count))
+                count += 1
+                timed = profiled is not None and profiled.timed()
+        finally:
+            if timed:  # the split ended while an element was asked for
+                profiled.end()  # type: ignore[union-attr]
+            iterator.close()
+        return count
+
+    def _encoded(self, element: Any, size: int) -> Raw | Encoded:
+        """A large element's item: in shared memory, else encoded (maybe compressed)."""
         # shared memory is never compressed
-        item = self.share.encode(element) or Encoded(
+        return self.share.encode(element) or Encoded(
             self.compression.encode(element, size)
         )
-        return item, size
 
     def _put(
         self,
         element: Any,
+        profile: profiling.Profile | None = None,
         lineage: Lineage = EMPTY,
         marks: list[Mark] | None = None,
-        profile: profiling.Profile | None = None,
+        at: tuple[int, int] = (-1, -1),
     ) -> None:
-        """Encodes ``element`` and hands it to the buffer (waits while it is full).
+        """Encodes ``element`` (a large one here) and hands it to the task's output.
 
-        With ``profile`` (a timed element), the two go to its ``encode`` and
-        ``blocked`` phases.
+        It waits while the output is full. A dealt task keeps it ``at``
+        ``(ordinal, index)``; an exactly-once one with its ``lineage`` and
+        ``marks``. With ``profile`` (a timed element), encoding and waiting
+        go to its ``encode`` and ``blocked`` phases.
         """
-        if profile is None:
-            item, size = self._item(element)
-        else:
-            start = time.perf_counter_ns()
-            item, size = self._item(element)
+        start = time.perf_counter_ns() if profile is not None else 0
+        element, size = retained.compact(element)
+        item = Raw(element) if size <= INLINE_BYTES else self._encoded(element, size)
+        if profile is not None:
             encoded = time.perf_counter_ns()
             profile.phase("encode", encoded - start)
-        sink = self.buffer if self.cache is None else self.cache
-        if (
-            self.buffer.put(item, size, self._stop, lineage, marks)
-            if self.tracked
-            else sink.put(item, size, self._stop)
-        ):
+        if self.dealt is not None:
+            woke = self.dealt.put(at[0], at[1], item, size, self._stop)
+        elif self.cache is None:
+            woke = self.buffer.put(item, size, self._stop, lineage, marks)
+        else:
+            woke = self.cache.put(item, size, self._stop)
+        if woke:
             self._wake(self.task_id)
         if profile is not None:
             profile.phase("blocked", time.perf_counter_ns() - encoded)
