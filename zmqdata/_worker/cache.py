@@ -36,12 +36,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from zmqdata._worker.buffer import Cancelled
+from zmqdata._worker.buffer import wait_for_room
 from zmqdata.errors import InvalidArgumentError
 
 T = TypeVar("T")
 
-_WAIT_S = 0.05
 PREFETCH_ITEMS = 16
 PREFETCH_BYTES = 64 * 2**20
 NOT_INFINITE = (
@@ -120,9 +119,7 @@ class SlidingWindowCache(Generic[T]):
                 len(self._pending) >= self._prefetch_items
                 or self._pending_bytes + nbytes > self._prefetch_bytes
             ):
-                if stop is not None and stop.is_set():
-                    raise Cancelled
-                self._cond.wait(_WAIT_S)
+                wait_for_room(self._cond, stop)
             was_empty = not self._pending
             self._pending.append((item, nbytes))
             self._pending_bytes += nbytes
