@@ -127,11 +127,17 @@ def test_a_reply_registers_and_starts_its_tasks_then_heartbeats_are_due() -> Non
         m.RegisterWorkerReply(request_id=1, worker_id=7, tasks=[TASK]), now=0.5
     )
     assert out == [StartTasks([TASK])]
-    assert core.worker_id == 7 and core.silent_s(now=9.0) == 0.0
+    assert core.worker_id == 7
+    assert core.silent_s(now=9.0) == 0.0
     assert core.tick(1.49, _view()) == []
     heartbeat = _beat(core, 1.5, _view([[3, False]]))
-    assert (heartbeat.worker_id, heartbeat.tasks, heartbeat.base) == (7, [[3, False]], 0)
-    assert heartbeat.stats == {"elements": 0} and heartbeat.pipelines == ["f"]
+    assert (heartbeat.worker_id, heartbeat.tasks, heartbeat.base) == (
+        7,
+        [[3, False]],
+        0,
+    )
+    assert heartbeat.stats == {"elements": 0}
+    assert heartbeat.pipelines == ["f"]
 
 
 def test_not_found_registers_again_and_a_reply_resets_the_backoff() -> None:
@@ -139,7 +145,8 @@ def test_not_found_registers_again_and_a_reply_resets_the_backoff() -> None:
     out = core.handle(m.Error(code="NOT_FOUND", message="no worker 7"), now=5.0)
     [register] = _sent(out)
     assert isinstance(register, m.RegisterWorker)
-    assert core.worker_id is None and core.next_send == pytest.approx(5.05)
+    assert core.worker_id is None
+    assert core.next_send == pytest.approx(5.05)
     assert _sent(core.tick(core.next_send, _view()))  # unanswered: again, later
     assert core.next_send == pytest.approx(5.15)
     core.handle(m.RegisterWorkerReply(request_id=core.request_id, worker_id=8), 5.1)
@@ -289,14 +296,16 @@ def test_drains_then_leaves_once_its_tasks_are_settled() -> None:
     assert out[0] == Drain()  # at once, not at the next heartbeat
     [draining] = _sent(out)
     assert isinstance(draining, m.WorkerHeartbeat)
-    assert draining.draining and not draining.leaving
+    assert draining.draining
+    assert not draining.leaving
     out = _answer(core, 1.3, new_tasks=[TASK], saves=[{"save_id": "s1"}])
     assert not [i for i in out if isinstance(i, StartTasks)]  # starts nothing
     assert out[-1] == RunSaves([{"save_id": "s1"}], worker_id=7, start=False)
     assert Drain() not in core.tick(1.4, unsettled)  # once
     settled = _view([[3, True]], drain_requested=True, settled=True)
     leaving = _beat(core, 1.5, settled)
-    assert leaving.draining and leaving.leaving
+    assert leaving.draining
+    assert leaving.leaving
     assert not [i for i in core.tick(1.6, settled) if isinstance(i, Send)]
     assert _answer(core, 1.7) == [TraceReplied(leaving.request_id, []), Left()]
 
@@ -307,7 +316,8 @@ def test_told_to_leave_now_it_leaves_unsettled() -> None:
     out = _tick(core, 0.5, view)  # due at once, before the next heartbeat
     assert out[0] == Drain()
     [leaving] = _sent(out)
-    assert isinstance(leaving, m.WorkerHeartbeat) and leaving.leaving
+    assert isinstance(leaving, m.WorkerHeartbeat)
+    assert leaving.leaving
 
 
 def test_a_worker_not_registered_leaves_at_once_when_drained() -> None:

@@ -233,14 +233,10 @@ def test_the_control_loop_runs_the_saves_listed_and_stops_the_others(
         runner = control._saves["s1"]
         assert list(control._saves) == ["s1"]
         assert dispatcher.request()[1].worker_id == 7  # its runner asks
-        control._take(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert control._saves == {"s1": runner}
         control.core.worker_id = 8  # registered again: run anew under the new id
-        control._take(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert not runner.running
         assert control._saves["s1"].worker_id == 8
         assert dispatcher.request()[1].worker_id == 8
@@ -249,9 +245,7 @@ def test_the_control_loop_runs_the_saves_listed_and_stops_the_others(
         assert control._saves == {}
         assert not runner.running
         control.core.draining = True  # a draining worker starts no save
-        control._take(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert control._saves == {}
     finally:
         control._stop_saves()
