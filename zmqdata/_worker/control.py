@@ -162,6 +162,7 @@ class ControlLoop(PollLoop):
     def _view(self) -> WorkerView:
         """What the core decides on: the tasks, pipelines and drain requests now."""
         runners = self._runners.snapshot()
+        drain = self.drain_requested.is_set()
         return WorkerView(
             tasks=[[r.task_id, r.drained] for r in runners],
             held=self._pipelines.held,
@@ -170,8 +171,8 @@ class ControlLoop(PollLoop):
                 (r.splits.asked_at for r in runners if r.splits is not None),
                 default=float("-inf"),
             ),
-            settled=all(r.settled for r in runners),
-            drain_requested=self.drain_requested.is_set(),
+            settled=drain and all(r.settled for r in runners),
+            drain_requested=drain,
             leave_now=self.leave_now.is_set(),
         )
 
