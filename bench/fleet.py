@@ -53,7 +53,7 @@ from zmqdata._client.core import quiet_ceiling_s
 from zmqdata._runtime import tuning
 from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._wire import messages as m
-from zmqdata._worker.control import stretched_due
+from zmqdata._worker.control_core import stretched_due
 from zmqdata._worker.splitbatch import splits_lasting
 
 DYNAMIC = 1

@@ -19,7 +19,7 @@ def test_a_malformed_task_is_logged_and_not_started(
     config = WorkerConfig(dispatcher_address="tcp://127.0.0.1:1")
     server = WorkerServer(config, start=False)
     try:
-        server._control._on_message(m.ProcessTask(tasks=[{"task_id": "1"}]))
+        server._control._take(m.ProcessTask(tasks=[{"task_id": "1"}]))
         assert len(server.stats()["tasks"]) == 0
     finally:
         server.stop()
@@ -32,9 +32,9 @@ def test_a_reply_to_no_request_wakes_the_worker_and_changes_nothing() -> None:
     server = WorkerServer(config, start=False)
     control = server._control
     try:
-        control._next_send = float("inf")
-        control._on_message(m.WorkerHeartbeatReply(trace=[5, 10**12, 0]))
-        assert control._next_send <= time.monotonic()  # heartbeats now
+        control.core.next_send = float("inf")
+        control._take(m.WorkerHeartbeatReply(trace=[5, 10**12, 0]))
+        assert control.core.next_send <= time.monotonic()  # heartbeats now
         assert control._tracer.log is None  # the window opens with a real reply
     finally:
         server.stop()

@@ -216,7 +216,7 @@ def test_the_control_loop_runs_the_saves_listed_and_stops_the_others(
     caplog.set_level(logging.WARNING, logger="zmqdata")
     server = WorkerServer(WorkerConfig(dispatcher.target), start=False)
     control = server._control
-    control.worker_id = 7
+    control.core.worker_id = 7
     data = graph.serialize(Dataset.range(10)._node)
     save = SaveDef(
         save_id="s1",
@@ -227,31 +227,25 @@ def test_the_control_loop_runs_the_saves_listed_and_stops_the_others(
     )
     held = dataclasses.replace(save, pipeline=b"")  # as listed once it is held
     try:
-        control._on_message(
+        control._take(
             m.WorkerHeartbeatReply(request_id=1, saves=[save.to_wire(), {"save_id": 1}])
         )
         runner = control._saves["s1"]
         assert list(control._saves) == ["s1"]
         assert dispatcher.request()[1].worker_id == 7  # its runner asks
-        control._on_message(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert control._saves == {"s1": runner}
-        control.worker_id = 8  # registered again: run anew under the new id
-        control._on_message(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control.core.worker_id = 8  # registered again: run anew under the new id
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert not runner.running
         assert control._saves["s1"].worker_id == 8
         assert dispatcher.request()[1].worker_id == 8
         runner = control._saves["s1"]
-        control._on_message(m.WorkerHeartbeatReply(request_id=1, saves=[]))
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[]))
         assert control._saves == {}
         assert not runner.running
-        control._draining = True  # a draining worker starts no save
-        control._on_message(
-            m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()])
-        )
+        control.core.draining = True  # a draining worker starts no save
+        control._take(m.WorkerHeartbeatReply(request_id=1, saves=[held.to_wire()]))
         assert control._saves == {}
     finally:
         control._stop_saves()

@@ -172,22 +172,28 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         splits held ahead are lost with their worker, and such a read loses
         at most one split beyond the one in progress (docs/modes.md).
         """
-        if self._pending is None:
-            if (
-                self._dealt
-                or self._handed is None
-                or self._ended is not None
-                or self._draining.is_set()
-                or len(self._splits) > self._fetched // 2
-            ):
-                return
+        if self._pending is not None:
+            self._take_ahead(self._pending)
+        elif self._may_ask_ahead():
             self._pending = self._request(left=len(self._splits))
             self._send(self._pending)
-            return
+
+    def _may_ask_ahead(self) -> bool:
+        """Whether to ask ahead now: a task that may, with half its splits left."""
+        return not (
+            self._dealt
+            or self._handed is None
+            or self._ended is not None
+            or self._draining.is_set()
+            or len(self._splits) > self._fetched // 2
+        )
+
+    def _take_ahead(self, pending: m.GetSplit) -> None:
+        """Takes the answer to ``pending`` (splits asked for ahead) if it is in."""
         sock = self._socket()
         if not sock.poll(0):
             return
-        reply = self._answer(self._pending, sock.recv())
+        reply = self._answer(pending, sock.recv())
         if reply is None:
             return
         self._pending = None
