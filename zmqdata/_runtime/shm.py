@@ -273,31 +273,40 @@ def claim(name: str, extent: int) -> mmap.mmap:
         raise InvalidArgumentError(f"bad shared-memory segment name {name!r:.80}")
     if type(extent) is not int or extent <= 0:
         raise InvalidArgumentError(f"bad shared-memory extent {extent!r}")
-    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = _open_claimed(name)
     try:
-        fd = os.open(_path(name), flags)
-    except OSError as error:
-        reason = "gone (its worker died?)" if error.errno == errno.ENOENT else ""
-        raise InvalidArgumentError(
-            f"cannot open shared-memory segment {name}: {reason or error.strerror}"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-            raise InvalidArgumentError(
-                f"shared-memory segment {name} is not a regular file of this user"
-            )
-        if info.st_size < extent:
-            raise InvalidArgumentError(
-                f"shared-memory segment {name} holds {info.st_size} bytes, "
-                f"the header claims {extent}"
-            )
+        _check_claimed(name, os.fstat(fd), extent)
         # Shared: a reused segment's new content shows through the same pages.
         # Writable, as arrays read from a socket are (the writer rewrites every
         # byte it sends). Not MAP_POPULATE: a trainer may not touch it all.
         return mmap.mmap(fd, extent)
     finally:
         os.close(fd)
+
+
+def _open_claimed(name: str) -> int:
+    """A read-write descriptor of another process's segment ``name`` (no link)."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        return os.open(_path(name), flags)
+    except OSError as error:
+        reason = "gone (its worker died?)" if error.errno == errno.ENOENT else ""
+        raise InvalidArgumentError(
+            f"cannot open shared-memory segment {name}: {reason or error.strerror}"
+        ) from None
+
+
+def _check_claimed(name: str, info: os.stat_result, extent: int) -> None:
+    """Raises unless ``info`` is a regular file of this user of ``extent``+ bytes."""
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        raise InvalidArgumentError(
+            f"shared-memory segment {name} is not a regular file of this user"
+        )
+    if info.st_size < extent:
+        raise InvalidArgumentError(
+            f"shared-memory segment {name} holds {info.st_size} bytes, "
+            f"the header claims {extent}"
+        )
 
 
 def same_host(probe: str) -> bool:

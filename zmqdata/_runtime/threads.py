@@ -35,7 +35,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import threadpoolctl  # type: ignore[import-untyped]
@@ -116,22 +116,39 @@ def cgroup_cpu_limit(
         if len(fields) != 3:
             continue
         _, controllers, relative = fields
-        try:
-            if controllers == "":
-                for directory in _ancestors(root, relative):
-                    text = _read(directory / "cpu.max")
-                    limit = parse_cpu_max(text) if text else None
-                    limits += [limit] if limit else []
-            elif "cpu" in controllers.split(","):
-                for mount in {root / controllers, root / "cpu"}:
-                    for directory in _ancestors(mount, relative):
-                        quota = _read(directory / "cpu.cfs_quota_us")
-                        period = _read(directory / "cpu.cfs_period_us")
-                        limit = parse_cfs(quota, period) if quota and period else None
-                        limits += [limit] if limit else []
-        except ValueError:  # a malformed file: no limit from it
-            continue
+        limits.extend(_cgroup_limits(root, controllers, relative))
     return min(limits, default=None)
+
+
+def _cgroup_limits(root: Path, controllers: str, relative: str) -> Iterator[float]:
+    """The CPU quotas of one line of ``/proc/self/cgroup`` (v2 or v1 cpu)."""
+    try:
+        if controllers == "":
+            yield from _v2_limits(root, relative)
+        elif "cpu" in controllers.split(","):
+            yield from _v1_limits(root, controllers, relative)
+    except ValueError:  # a malformed file: no limit from it (nor the line's rest)
+        return
+
+
+def _v2_limits(root: Path, relative: str) -> Iterator[float]:
+    """The ``cpu.max`` quotas of a v2 cgroup and its parents."""
+    for directory in _ancestors(root, relative):
+        text = _read(directory / "cpu.max")
+        limit = parse_cpu_max(text) if text else None
+        if limit:
+            yield limit
+
+
+def _v1_limits(root: Path, controllers: str, relative: str) -> Iterator[float]:
+    """The CFS quotas of a v1 cpu cgroup and its parents, in either mount."""
+    for mount in {root / controllers, root / "cpu"}:
+        for directory in _ancestors(mount, relative):
+            quota = _read(directory / "cpu.cfs_quota_us")
+            period = _read(directory / "cpu.cfs_period_us")
+            limit = parse_cfs(quota, period) if quota and period else None
+            if limit:
+                yield limit
 
 
 def usable_cores(

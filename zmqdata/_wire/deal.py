@@ -230,30 +230,12 @@ def merge(states: list[Any]) -> dict[str, Any]:
         raise InvalidArgumentError("merge_positions needs the states of every consumer")
     first = positions[0]
     for p in positions[1:]:
-        for name in ("dataset_id", "job", "epoch", "seed", "num_consumers"):
-            if getattr(p, name) != getattr(first, name):
-                raise InvalidArgumentError(
-                    f"the states are of different reads: {name} "
-                    f"{getattr(first, name)!r} and {getattr(p, name)!r}"
-                )
-        if p.stream != first.stream:
-            raise InvalidArgumentError("the states are of different (restored) reads")
-    indices = sorted(p.consumer_index for p in positions)
-    if indices != list(range(first.num_consumers)):
-        missing = sorted(set(range(first.num_consumers)) - set(indices))
-        raise InvalidArgumentError(
-            f"merge_positions needs one state of each of the {first.num_consumers} "
-            f"consumers; consumer indices given {indices[:16]}, missing {missing[:16]}"
-        )
-    stream, R = first.stream, first.num_consumers
+        _check_same_read(first, p)
+    _check_every_consumer(positions, first.num_consumers)
+    stream = first.stream
     low = min(p.next_index() for p in positions)
     first_free = stream.token_at(low)
-    consumed = Ranges(stream.skip)
-    consumed.add(stream.start, first_free)
-    for p in positions:
-        for index in range(low + (p.consumer_index - low) % R, p.next_index(), R):
-            token = stream.token_at(index)
-            consumed.add(token, token + 1)
+    consumed = _consumed(positions, stream, low, first_free)
     anchors = [p.anchor for p in positions if p.anchor[1] <= first_free]
     ordinal, offset = max(anchors, key=lambda a: a[1])
     consumed.discard(0, offset)
@@ -262,6 +244,47 @@ def merge(states: list[Any]) -> dict[str, Any]:
         Stream(offset, consumed), 0, (ordinal, offset), first.job,
     )  # fmt: skip
     return merged.to_state()
+
+
+def _check_same_read(first: DealtPosition, other: DealtPosition) -> None:
+    """Raises unless ``other`` is a position of the same read as ``first``."""
+    for name in ("dataset_id", "job", "epoch", "seed", "num_consumers"):
+        if getattr(other, name) != getattr(first, name):
+            raise InvalidArgumentError(
+                f"the states are of different reads: {name} "
+                f"{getattr(first, name)!r} and {getattr(other, name)!r}"
+            )
+    if other.stream != first.stream:
+        raise InvalidArgumentError("the states are of different (restored) reads")
+
+
+def _check_every_consumer(positions: list[DealtPosition], num_consumers: int) -> None:
+    """Raises unless ``positions`` hold one state of each consumer."""
+    indices = sorted(p.consumer_index for p in positions)
+    if indices != list(range(num_consumers)):
+        missing = sorted(set(range(num_consumers)) - set(indices))
+        raise InvalidArgumentError(
+            f"merge_positions needs one state of each of the {num_consumers} "
+            f"consumers; consumer indices given {indices[:16]}, missing {missing[:16]}"
+        )
+
+
+def _consumed(
+    positions: list[DealtPosition], stream: Stream, low: int, first_free: int
+) -> Ranges:
+    """The tokens of ``stream`` some consumer consumed (or skipped), as ranges.
+
+    ``low``: the lowest next index of any consumer, whose token is ``first_free``:
+    every token before it is consumed.
+    """
+    R = len(positions)  # one position per consumer (checked by the caller)
+    consumed = Ranges(stream.skip)
+    consumed.add(stream.start, first_free)
+    for p in positions:
+        for index in range(low + (p.consumer_index - low) % R, p.next_index(), R):
+            token = stream.token_at(index)
+            consumed.add(token, token + 1)
+    return consumed
 
 
 def resume_of(state: Any) -> Resume:

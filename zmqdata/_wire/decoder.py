@@ -192,14 +192,26 @@ def _shared_spans(
     name = header.get("s")
     if type(name) is not str or not SEGMENT_NAME.fullmatch(name):
         raise InvalidArgumentError(f"bad shared-memory segment name {short(name)}")
-    found: dict[int, tuple[int, int]] = {}
-    for index, nbytes in spans.items():
-        if views[index].nbytes != OFFSET_BYTES:
-            raise InvalidArgumentError(
-                f"buffer {index}: a shared buffer's frame holds its"
-                f" {OFFSET_BYTES}-byte offset, got {views[index].nbytes} bytes"
-            )
-        found[index] = (int.from_bytes(views[index], "little"), nbytes)
+    found = {
+        index: (_shared_offset(index, views[index]), nbytes)
+        for index, nbytes in spans.items()
+    }
+    _check_packed(found, spans)
+    return found
+
+
+def _shared_offset(index: int, view: memoryview) -> int:
+    """The offset in its segment of shared buffer ``index``, from its frame."""
+    if view.nbytes != OFFSET_BYTES:
+        raise InvalidArgumentError(
+            f"buffer {index}: a shared buffer's frame holds its"
+            f" {OFFSET_BYTES}-byte offset, got {view.nbytes} bytes"
+        )
+    return int.from_bytes(view, "little")
+
+
+def _check_packed(found: dict[int, tuple[int, int]], spans: dict[int, int]) -> None:
+    """Raises if the shared buffers overlap or span more than the encoder packs."""
     end = 0
     for offset, nbytes in sorted(found.values()):
         if offset < end:
@@ -211,7 +223,6 @@ def _shared_spans(
         raise InvalidArgumentError(
             f"shared buffers of {sum(spans.values())} bytes span {end} bytes"
         )
-    return found
 
 
 def _claim(

@@ -47,22 +47,21 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     for key, value in new.items():
         if key not in old:
             delta[key] = value
-            continue
-        before = old[key]
-        if before == value:
-            continue
-        if isinstance(before, dict) and isinstance(value, dict):
-            delta[key] = diff(before, value)
-        elif _same_shape(before, value):
-            delta[key] = {
-                ITEMS: [diff(a, b) for a, b in zip(before, value, strict=True)]
-            }
-        else:
-            delta[key] = value
+        elif old[key] != value:
+            delta[key] = _diff_value(old[key], value)
     removed = [key for key in old if key not in new]
     if removed:
         delta[REMOVED] = removed
     return delta
+
+
+def _diff_value(before: Any, value: Any) -> Any:
+    """What a delta holds for a value changed from ``before`` to ``value``."""
+    if isinstance(before, dict) and isinstance(value, dict):
+        return diff(before, value)
+    if _same_shape(before, value):
+        return {ITEMS: [diff(a, b) for a, b in zip(before, value, strict=True)]}
+    return value
 
 
 def _same_shape(before: Any, value: Any) -> bool:
@@ -93,26 +92,35 @@ def _merge(old: dict[str, Any], delta: Any, depth: int) -> tuple[dict[str, Any],
             f"worker_heartbeat.stats: a malformed delta at depth {depth}"
         )
     out = dict(old)
-    grown = 0
-    removed = delta.get(REMOVED, [])
+    grown = _remove(out, delta.get(REMOVED, []))
+    for key, value in delta.items():
+        if key != REMOVED:
+            grown += _merge_key(out, key, value, depth)
+    return out, grown
+
+
+def _remove(out: dict[str, Any], removed: Any) -> int:
+    """Drops the ``removed`` keys (a delta's ``~``) from ``out``; how much it grew."""
     if not isinstance(removed, list):
         raise InvalidArgumentError("worker_heartbeat.stats: '~' must list keys")
+    grown = 0
     for key in removed:
         if isinstance(key, str) and key in out:
             grown -= 1 + _size(out.pop(key))
-    for key, value in delta.items():
-        if key == REMOVED:
-            continue
-        before = out.get(key)
-        if isinstance(before, dict) and isinstance(value, dict):
-            out[key], more = _merge(before, value, depth + 1)
-        elif isinstance(before, list) and _is_items(value, len(before)):
-            out[key], more = _merge_items(before, value[ITEMS], depth + 1)
-        else:
-            more = _size(value) - (_size(before) if key in out else -1)
-            out[key] = value
-        grown += more
-    return out, grown
+    return grown
+
+
+def _merge_key(out: dict[str, Any], key: str, value: Any, depth: int) -> int:
+    """Applies a delta's ``value`` for ``key`` to ``out``; how much it grew."""
+    before = out.get(key)
+    if isinstance(before, dict) and isinstance(value, dict):
+        out[key], more = _merge(before, value, depth + 1)
+    elif isinstance(before, list) and _is_items(value, len(before)):
+        out[key], more = _merge_items(before, value[ITEMS], depth + 1)
+    else:
+        more = _size(value) - (_size(before) if key in out else -1)
+        out[key] = value
+    return more
 
 
 def _is_items(value: Any, length: int) -> bool:

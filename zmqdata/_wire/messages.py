@@ -6,10 +6,10 @@ checks the version, the type and each field's runtime type, and raises
 ``InvalidArgumentError`` (or ``FailedPreconditionError`` for a version it does
 not accept) instead of letting bad input reach a handler.
 
-Messages are not frozen dataclasses: they are built twice per request on the
-dispatcher's hot path, and a frozen one's ``__init__`` (``object.__setattr__``
-per field) costs 3.4x a plain one's. Treat them as values all the same:
-``dataclasses.replace`` to change one.
+The messages are defined by role (``messages_base``: the base and generic
+replies; ``messages_workers``, ``messages_clients``, ``messages_data``,
+``messages_saves_traces``); this module is the one namespace to import them
+from, with the table and the encoding.
 
 Versions ``OLDEST_PROTOCOL_VERSION`` to ``PROTOCOL_VERSION`` are accepted
 (``accepts``); a message encoded for an older peer leaves out what ``ADDED_IN``
@@ -22,17 +22,103 @@ GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=0, max_splits=4, co
 
 from __future__ import annotations
 
-import os
 import types
 import typing
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import MISSING, fields
+from typing import Any
 
 import msgpack
 
 from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION
 from zmqdata._wire.budget import COUNT_FROM, UnpackBudget, count_values
+from zmqdata._wire.messages_base import Error, Message, Ok
+from zmqdata._wire.messages_clients import (
+    ClientHeartbeat,
+    GetDatasetInfo,
+    GetDatasetInfoReply,
+    GetOrCreateIteration,
+    GetOrCreateJob,
+    GetOrCreateJobReply,
+    GetOrRegisterDataset,
+    GetOrRegisterDatasetReply,
+    GetStatus,
+    GetStatusReply,
+    IterationState,
+    ReleaseIterationClient,
+    request_key,
+)
+from zmqdata._wire.messages_data import Elements, GetElements
+from zmqdata._wire.messages_saves_traces import (
+    GetSaveSplit,
+    GetSaveSplitReply,
+    GetTrace,
+    GetTraceReply,
+    StartSave,
+    StartSaveReply,
+    StartTrace,
+    StartTraceReply,
+    TraceSpans,
+)
+from zmqdata._wire.messages_workers import (
+    MAX_FINGERPRINT_CHARS,
+    MAX_PIPELINES_HELD,
+    GetSplit,
+    GetSplitReply,
+    ProcessTask,
+    RegisterWorker,
+    RegisterWorkerReply,
+    WorkerHeartbeat,
+    WorkerHeartbeatReply,
+)
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
+
+__all__ = [
+    "ADDED_IN",
+    "MAX_FINGERPRINT_CHARS",
+    "MAX_PIPELINES_HELD",
+    "MAX_VALUES",
+    "MESSAGES",
+    "PROTOCOL_VERSION",
+    "ClientHeartbeat",
+    "Elements",
+    "Error",
+    "GetDatasetInfo",
+    "GetDatasetInfoReply",
+    "GetElements",
+    "GetOrCreateIteration",
+    "GetOrCreateJob",
+    "GetOrCreateJobReply",
+    "GetOrRegisterDataset",
+    "GetOrRegisterDatasetReply",
+    "GetSaveSplit",
+    "GetSaveSplitReply",
+    "GetSplit",
+    "GetSplitReply",
+    "GetStatus",
+    "GetStatusReply",
+    "GetTrace",
+    "GetTraceReply",
+    "IterationState",
+    "Message",
+    "Ok",
+    "ProcessTask",
+    "RegisterWorker",
+    "RegisterWorkerReply",
+    "ReleaseIterationClient",
+    "StartSave",
+    "StartSaveReply",
+    "StartTrace",
+    "StartTraceReply",
+    "TraceSpans",
+    "WorkerHeartbeat",
+    "WorkerHeartbeatReply",
+    "accepts",
+    "decode",
+    "decode_versioned",
+    "encode",
+    "refusal",
+    "request_key",
+]
 
 _MAX_MESSAGE_BYTES = 1 << 30
 MAX_VALUES = 1 << 18
@@ -71,528 +157,6 @@ ADDED_IN: dict[str, int] = {
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
 default). A message encoded for an older peer leaves the fields out."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Message:
-    """Base of every control message; ``request_id`` pairs a reply with its request."""
-
-    TYPE: ClassVar[str] = ""
-    request_id: int = 0
-
-
-# ------------------------------------------------------------------ generic replies
-
-
-@dataclass(slots=True, kw_only=True)
-class Error(Message):
-    """A failed request: ``code`` is a ``zmqdata.errors`` code."""
-
-    TYPE: ClassVar[str] = "error"
-    code: str
-    message: str
-
-
-@dataclass(slots=True, kw_only=True)
-class Ok(Message):
-    """A request done, nothing to return."""
-
-    TYPE: ClassVar[str] = "ok"
-
-
-# ------------------------------------------------------------------ workers
-
-
-@dataclass(slots=True, kw_only=True)
-class RegisterWorker(Message):
-    """A worker announces itself and the data endpoint it serves."""
-
-    TYPE: ClassVar[str] = "register_worker"
-    worker_address: str
-    data_address: str
-    tags: list[str] = field(default_factory=list)
-    version: str = ""
-    local_process: str = ""
-    inproc_address: str = ""
-
-
-@dataclass(slots=True, kw_only=True)
-class RegisterWorkerReply(Message):
-    TYPE: ClassVar[str] = "register_worker_reply"
-    worker_id: int
-    worker_index: int | None = None
-    tasks: list[dict[str, Any]] = field(default_factory=list)
-    heartbeat_max_ms: int = 0
-    """The longest interval a quiet worker may leave between heartbeats (a
-    quarter of ``worker_timeout_ms``; 0: its own interval, always)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class WorkerHeartbeat(Message):
-    """A worker's liveness and its tasks' states ``[[task_id, finished], ...]``.
-
-    ``stats``: the worker's serving counters and buffer fill (see
-    ``zmqdata/_worker/stats.py: worker_stats``); liveness data, not state.
-    """
-
-    TYPE: ClassVar[str] = "worker_heartbeat"
-    worker_id: int
-    tasks: list[list[Any]] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
-    draining: bool = False
-    """The worker is leaving: it takes no new task (autoscaling, SIGTERM)."""
-    leaving: bool = False
-    """The worker has drained and stops now: its tasks are lost at once."""
-    pipelines: list[str] = field(default_factory=list)
-    """Fingerprints of the pipelines the worker holds: task definitions of
-    their datasets come without them (``_worker/pipelines.py``). With a
-    ``base``, empty means the same as that heartbeat's."""
-    base: int = 0
-    """0: ``stats`` and ``pipelines`` are complete. Else the request id of the
-    heartbeat they are a delta against, the last one answered
-    (``_wire/deltas.py``)."""
-
-
-MAX_PIPELINES_HELD = 64
-"""The most pipelines a worker's heartbeat may say it holds."""
-MAX_FINGERPRINT_CHARS = 64
-"""The longest pipeline fingerprint a heartbeat may name (``graph.fingerprint``: 32)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class WorkerHeartbeatReply(Message):
-    TYPE: ClassVar[str] = "worker_heartbeat_reply"
-    new_tasks: list[dict[str, Any]] = field(default_factory=list)
-    tasks_to_delete: list[int] = field(default_factory=list)
-    trace: list[int] = field(default_factory=list)
-    """A trace window is open: ``[trace_id, until_ns, now_ns]``, the
-    dispatcher's clock (``_runtime/spans.py``); empty otherwise."""
-    saves: list[dict[str, Any]] = field(default_factory=list)
-    """The saves running (``tasks.SaveDef`` maps): the worker writes chunks
-    of each (``_worker/saver.py``) until one is no longer listed."""
-    resend: bool = False
-    """The heartbeat's ``base`` is not the one the dispatcher holds: the next
-    heartbeat carries everything."""
-
-
-@dataclass(slots=True, kw_only=True)
-class ProcessTask(Message):
-    """Pushed by the dispatcher: start these tasks now (heartbeats are the fallback)."""
-
-    TYPE: ClassVar[str] = "process_task"
-    tasks: list[dict[str, Any]]
-
-
-@dataclass(slots=True, kw_only=True)
-class GetSplit(Message):
-    """A DYNAMIC task asks for its next splits of ``repetition``.
-
-    Idempotent: ``request_id`` counts the task's split requests, and a request
-    sent again (a retry after a stall or a dispatcher restart) gets the splits
-    it was given the first time.
-    """
-
-    TYPE: ClassVar[str] = "get_split"
-    iteration_id: int
-    repetition: int
-    task_id: int = 0
-    max_splits: int = 1
-    """At most this many consecutive splits (cheap splits, such as one file
-    each, are asked for several at a time: one round trip, not one each)."""
-    counts: list[int] = field(default_factory=list)
-    """Multi-rank reads: ``[ordinal, count, ...]`` of splits this task finished."""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetSplitReply(Message):
-    TYPE: ClassVar[str] = "get_split_reply"
-    splits: list[list[int]] = field(default_factory=list)
-    """One or more splits ``[repetition, lo, hi]``: source elements ``lo`` to
-    ``hi`` (excluded; files by position) of that repetition. Consecutive new
-    splits, or parts of splits handed out again (a lost worker's); none with
-    ``end_of_splits``, none without it: nothing to hand out now, ask again."""
-    end_of_splits: bool = False
-    repetition: int = 0
-    """The repetition the dispatcher is handing out splits of now."""
-    progress: list[list[int]] = field(default_factory=list)
-    """Exactly once: with a lost task's keys, the latest marks acknowledged of
-    the roots among them (``_wire/progress.py``): outputs not to make again."""
-    released: int = 0
-    """Multi-rank reads: every consumer is past the splits below this ordinal
-    (a worker drops what it still holds of them). Splits are then
-    ``[repetition, lo, hi, ordinal, skip]``: the first ``skip`` elements the
-    split makes are not kept (every consumer has them)."""
-    period_ms: int = 0
-    """Ask no more often than this: take enough splits to last it (a large
-    fleet's workers ask less often, each for more; ``_dispatcher/splits.py``
-    ``split_period_ms``). 0: as often as the round trip makes worthwhile."""
-
-
-# ------------------------------------------------------------------ clients
-
-
-@dataclass(slots=True, kw_only=True)
-class GetOrRegisterDataset(Message):
-    TYPE: ClassVar[str] = "get_or_register_dataset"
-    pipeline: bytes
-    dataset_id: str | None = None
-    compression: str | None = None
-    element_spec: bytes = b""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetOrRegisterDatasetReply(Message):
-    TYPE: ClassVar[str] = "get_or_register_dataset_reply"
-    dataset_id: str
-
-
-@dataclass(slots=True, kw_only=True)
-class GetDatasetInfo(Message):
-    TYPE: ClassVar[str] = "get_dataset_info"
-    dataset_id: str
-
-
-@dataclass(slots=True, kw_only=True)
-class GetDatasetInfoReply(Message):
-    TYPE: ClassVar[str] = "get_dataset_info_reply"
-    element_spec: bytes
-    compression: str | None
-    cardinality: int = -2
-    """The dataset's cardinality (-1 infinite, -2 unknown)."""
-
-
-def request_key() -> bytes:
-    """A fresh idempotency key: a retried request carries the same one."""
-    return os.urandom(16)
-
-
-@dataclass(slots=True, kw_only=True)
-class GetOrCreateJob(Message):
-    """Finds or creates a job; ``request_key`` makes a retry find the job it made.
-
-    ``local_process``: the consumer's process (``target_workers="LOCAL"`` jobs
-    give tasks only to workers in their consumers' processes).
-    """
-
-    TYPE: ClassVar[str] = "get_or_create_job"
-    request_key: bytes = field(default_factory=request_key)
-    local_process: str = ""
-    dataset_id: str
-    processing_mode: int
-    job_name: str | None = None
-    num_consumers: int | None = None
-    target_workers: str = "AUTO"
-    cross_trainer_cache: bool = False
-    exactly_once: bool = True
-    """DYNAMIC: track every element, so a lost worker's undelivered elements
-    are handed out again (docs/reliability.md)."""
-    seed: int | None = None
-    """DYNAMIC: hand each epoch's splits out in an order drawn from (seed, epoch)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetOrCreateJobReply(Message):
-    TYPE: ClassVar[str] = "get_or_create_job_reply"
-    job_id: int
-
-
-@dataclass(slots=True, kw_only=True)
-class GetOrCreateIteration(Message):
-    """Joins iteration ``repetition`` of a job; the reply names this consumer.
-
-    A retry (same ``request_key``) is answered as the consumer it created.
-    """
-
-    TYPE: ClassVar[str] = "get_or_create_iteration"
-    job_id: int
-    repetition: int
-    request_key: bytes = field(default_factory=request_key)
-    resume: list[int] | None = None
-    """Resuming a saved read: the keys (``lineage``, flat ranges) its consumer
-    had consumed; a new iteration hands out only the others."""
-    resume_deal: list[int] | None = None
-    """Resuming a multi-rank read: ``deal.Resume.to_wire()`` of the merged position."""
-
-
-@dataclass(slots=True, kw_only=True)
-class IterationState(Message):
-    """The tasks a consumer should read and whether the iteration is over."""
-
-    TYPE: ClassVar[str] = "iteration_state"
-    client_id: int
-    iteration_id: int
-    tasks: list[dict[str, Any]]
-    finished: bool
-    rounds: list[list[Any]] = field(default_factory=list)
-    """Coordinated reads: ``[[start_round, [task_id, ...]], ...]``, the task set
-    that serves rounds from ``start_round`` on (round r: task ``(r - start) % n``)."""
-    horizon: int = 0
-    """Coordinated reads: no round at or past this will ever change schedule."""
-    incarnation: str = ""
-    """Names the dispatcher's state; a change means it restarted and forgot it."""
-    task_epoch: int = 0
-    """Exactly once: counts the tasks the iteration lost; a consumer echoes the
-    last it applied, which tells the dispatcher it reads none of them any more."""
-    deal: dict[str, Any] = field(default_factory=dict)
-    """Multi-rank reads: ``epoch``, ``splits`` (how many this epoch has),
-    ``stream`` (``deal.Stream.to_wire``), ``start`` (first ordinal), ``owners``
-    (``[ordinal, task_id, ...]`` of the splits handed out and not released)."""
-    trace: list[int] = field(default_factory=list)
-    """As ``WorkerHeartbeatReply.trace``, to consumers that share traces."""
-    revision: int = 0
-    """Names what this state tells (tasks, end, schedule, epoch): a consumer
-    echoes it (``ClientHeartbeat.known``) and is answered ``unchanged`` while
-    it holds."""
-    unchanged: bool = False
-    """The consumer's ``known`` revision is current: ``tasks``, ``rounds`` and
-    ``deal`` are left empty; the rest is as in a full state."""
-    fence_timeout_ms: int = 0
-    """The dispatcher's ``fence_timeout_ms`` (0: not said): a reader silent
-    for half of it may have been fenced, and a quiet one heartbeats sooner."""
-
-
-@dataclass(slots=True, kw_only=True)
-class ClientHeartbeat(Message):
-    """A consumer's liveness, with the tasks it has read to the end."""
-
-    TYPE: ClassVar[str] = "client_heartbeat"
-    client_id: int
-    finished_tasks: list[int] = field(default_factory=list)
-    current_round: int | None = None
-    """Coordinated reads: the highest round this consumer has asked for."""
-    acked: list[list[int]] = field(default_factory=list)
-    """Exactly once: ``[task_id, lo, hi, ...]``, the keys of elements received."""
-    progress: list[list[int]] = field(default_factory=list)
-    """Exactly once: the marks of elements received (``Elements.progress``)."""
-    task_epoch: int = 0
-    """Exactly once: the ``IterationState.task_epoch`` this consumer applied."""
-    starved: float = 0.0
-    """Autoscaling: the fraction of the time since the last heartbeat that the
-    trainer waited with nothing buffered (demand the workers did not meet)."""
-    deal: list[int] = field(default_factory=list)
-    """Multi-rank reads: ``[consumer_index, ordinal, index]``, the first element
-    this consumer has not received (``ordinal`` = the epoch's splits: all)."""
-    consumed: int = 0
-    """Observability: the elements the trainer has taken (its rate and lag)."""
-    consumer_index: int | None = None
-    """Observability: the consumer's rank in its job, if it has one."""
-    share_traces: bool = False
-    """The trainer opted in to traces (``service.share_traces``): tell it of windows."""
-    known: int = 0
-    """The ``IterationState.revision`` this consumer holds (0: none)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class ReleaseIterationClient(Message):
-    TYPE: ClassVar[str] = "release_iteration_client"
-    client_id: int
-    acked: list[list[int]] = field(default_factory=list)
-    """As ``ClientHeartbeat.acked``: what was received since the last heartbeat."""
-    deal: list[int] = field(default_factory=list)
-    """As ``ClientHeartbeat.deal``."""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetStatus(Message):
-    TYPE: ClassVar[str] = "get_status"
-
-
-@dataclass(slots=True, kw_only=True)
-class GetStatusReply(Message):
-    TYPE: ClassVar[str] = "get_status_reply"
-    status: dict[str, Any]
-
-
-# ------------------------------------------------------------------ traces
-
-
-@dataclass(slots=True, kw_only=True)
-class StartTrace(Message):
-    """Opens a trace window of ``seconds`` (``zmqdata trace``; docs/tracing.md)."""
-
-    TYPE: ClassVar[str] = "start_trace"
-    seconds: float
-
-
-@dataclass(slots=True, kw_only=True)
-class StartTraceReply(Message):
-    TYPE: ClassVar[str] = "start_trace_reply"
-    trace_id: int
-    start_ns: int
-    until_ns: int
-    """The window, in the dispatcher's clock."""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetTrace(Message):
-    """What window ``trace_id`` holds, its spans from ``offset`` on."""
-
-    TYPE: ClassVar[str] = "get_trace"
-    trace_id: int
-    offset: int = 0
-
-
-@dataclass(slots=True, kw_only=True)
-class GetTraceReply(Message):
-    TYPE: ClassVar[str] = "get_trace_reply"
-    trace_id: int
-    start_ns: int
-    until_ns: int
-    done: bool
-    """The window is over and every peer asked has reported (or is gone)."""
-    peers: list[dict[str, Any]]
-    """A span's peer is its index here (``_dispatcher/traces.py: Peer.as_dict``)."""
-    offset: int
-    spans: list[list[Any]]
-    """``[peer, name, cat, tid, start_ns, end_ns(, args)]`` from ``offset`` on."""
-    total: int
-    """How many spans the window holds now."""
-    dropped: int = 0
-    """Spans the dispatcher did not keep (over its bound for a window)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class TraceSpans(Message):
-    """A peer's spans of window ``trace_id``, in the dispatcher's clock, chunked.
-
-    From a worker (``worker_id``) or a consumer (``client_id``); ``offset``
-    numbers the chunk's first span among the peer's; ``last`` ends its report.
-    """
-
-    TYPE: ClassVar[str] = "trace_spans"
-    trace_id: int
-    worker_id: int = 0
-    client_id: int = 0
-    offset: int = 0
-    spans: list[list[Any]] = field(default_factory=list)
-    """``[name, cat, tid, start_ns, end_ns(, args)]``."""
-    last: bool = False
-    threads: list[list[Any]] = field(default_factory=list)
-    """With ``last``: ``[tid, name]`` of the threads the spans name."""
-    dropped: int = 0
-    """With ``last``: spans the peer did not keep (over its bound)."""
-    clock: list[int] = field(default_factory=list)
-    """``[offset_ns, rtt_ns]``: the peer's clock estimate (dispatcher minus peer)."""
-
-
-# ------------------------------------------------------------------ data plane
-
-
-@dataclass(slots=True, kw_only=True)
-class GetElements(Message):
-    """A consumer asks a worker for up to ``max_elements`` of one task."""
-
-    TYPE: ClassVar[str] = "get_elements"
-    task_id: int
-    client_id: int
-    max_elements: int
-    rounds: list[int] = field(default_factory=list)
-    """Coordinated reads: the rounds asked for, answered together in this order."""
-    consumer_index: int | None = None
-    trainer_id: str | None = None
-    """Cross-trainer cache: whose read position to serve from."""
-    ticket: bytes = b""
-    """CurveZMQ: the task's read ticket from ``IterationState`` (see auth.read_ticket)."""
-    shm_probe: str = ""
-    """Same-host reads: the consumer's presence file in /dev/shm; a worker that
-    can open it may answer with shared-memory segments (``_runtime/shm.py``)."""
-    shm_done: list[str] = field(default_factory=list)
-    """Segments this worker sent that the consumer has dropped: unlink them."""
-    split: int = -1
-    """Multi-rank reads: the split ordinal asked for (``indices`` in it)."""
-    indices: list[int] = field(default_factory=list)
-    """Multi-rank reads: the split's elements wanted, ascending."""
-    have: list[int] = field(default_factory=list)
-    """Multi-rank reads: elements of the split this consumer has already (a
-    split made again after a worker was lost): the worker need not keep them."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Elements(Message):
-    """Header of a data reply; the frames codec's frames follow it.
-
-    ``count`` elements follow (possibly 0 with ``end_of_sequence``).
-    """
-
-    TYPE: ClassVar[str] = "elements"
-    task_id: int
-    count: int
-    end_of_sequence: bool = False
-    rounds: list[int] = field(default_factory=list)
-    """Coordinated reads: the rounds of the elements, in order."""
-    parts: list[int] = field(default_factory=list)
-    """Frame count of each frames-codec message that follows, in order."""
-    lineage: list[int] = field(default_factory=list)
-    """Exactly once: the keys the elements cover, flat ranges in element order
-    (``lineage.Coverage``), then, with ``end_of_sequence``, the keys the task
-    dropped (filtered out, or never read)."""
-    widths: list[int] = field(default_factory=list)
-    """Exactly once: how many keys each element covers, ``[count, width, ...]``."""
-    progress: list[list[int]] = field(default_factory=list)
-    """Exactly once: the latest mark of each root the elements carry, packed
-    (``_wire/progress.py``): outputs of 1-to-many ops delivered so far."""
-    split: int = -1
-    """Multi-rank reads: the split the elements are of (``indices``: which)."""
-    indices: list[int] = field(default_factory=list)
-    produced: int = 0
-    """Multi-rank reads: how many elements the split has made so far."""
-    ended: bool = False
-    """Multi-rank reads: the split is over (``produced`` is its count)."""
-    counts: list[int] = field(default_factory=list)
-    """Multi-rank reads: ``[ordinal, count, ...]`` of other splits the task ended."""
-
-
-# ------------------------------------------------------------------ saves
-
-
-@dataclass(slots=True, kw_only=True)
-class StartSave(Message):
-    """``distributed_save``: write dataset ``dataset_id``'s elements under ``path``.
-
-    Idempotent: asking again for the same dataset and path finds the save.
-    """
-
-    TYPE: ClassVar[str] = "start_save"
-    dataset_id: str
-    path: str
-    compression: str | None = None
-    """``"zstd"`` or None: how chunks are written."""
-
-
-@dataclass(slots=True, kw_only=True)
-class StartSaveReply(Message):
-    TYPE: ClassVar[str] = "start_save_reply"
-    save_id: str
-
-
-@dataclass(slots=True, kw_only=True)
-class GetSaveSplit(Message):
-    """A worker asks for the next split of a save, with the chunks it wrote.
-
-    ``chunks``: ``[ordinal, name, elements, bytes, crc32]`` of each chunk
-    written since its last request (committed on disk); ``failed``: why the
-    worker could not write one (the save fails with it).
-    """
-
-    TYPE: ClassVar[str] = "get_save_split"
-    worker_id: int
-    save_id: str
-    chunks: list[list[Any]] = field(default_factory=list)
-    failed: str = ""
-
-
-@dataclass(slots=True, kw_only=True)
-class GetSaveSplitReply(Message):
-    """The next split of a save to write, if any.
-
-    ``split``: ``[ordinal, lo, hi]``, to write as one chunk; empty: none now
-    (ask again), or none ever again with ``done`` (the save ended).
-    """
-
-    TYPE: ClassVar[str] = "get_save_split_reply"
-    split: list[int] = field(default_factory=list)
-    done: bool = False
-
 
 MESSAGES: dict[str, type[Message]] = {
     cls.TYPE: cls
