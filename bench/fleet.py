@@ -22,7 +22,7 @@ fake workers start there, as a fleet that has run a while, not all at one
 split a request in the same second). Workers and consumers pace their heartbeats as real ones do
 (``_runtime/pace.py``: the base interval while something changes, longer while
 nothing does; a quiet worker whose task asked for splits within its interval
-skips its heartbeat, ``STRETCH`` intervals at most: ``_worker/control.py``).
+skips its heartbeat, ``STRETCH`` intervals at most: ``_worker/control_core.py``).
 
 The fleet measures itself, so a slow driver is never mistaken for a slow
 dispatcher: every request is *due* at its peer's interval (random phases);

@@ -99,7 +99,9 @@ importlib.import_module(sys.argv[1])
 """
 
 
-@pytest.mark.parametrize("module", ["zmqdata._dispatcher.state", "zmqdata"])
+@pytest.mark.parametrize(
+    "module", ["zmqdata._dispatcher.state", "zmqdata._worker.control_core", "zmqdata"]
+)
 def test_imports_without_zmq(module: str) -> None:
     run = subprocess.run(
         [sys.executable, "-c", BLOCK_ZMQ, module],

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from tests import test_layers
 from zmqdata._wire import messages as m
 from zmqdata._worker.control_core import (
     DeleteTask,
@@ -343,7 +342,3 @@ def test_answers_to_trace_reports_change_nothing() -> None:
     refusal = m.Error(request_id=41, code="NOT_FOUND", message="no window")
     assert core.handle(refusal, now=1.0) == []
     assert core.worker_id == 7
-
-
-def test_the_core_needs_no_zmq() -> None:
-    test_layers.test_imports_without_zmq("zmqdata._worker.control_core")

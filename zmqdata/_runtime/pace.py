@@ -21,7 +21,7 @@ how many peers sit idle (docs/performance.md, The control plane at scale).
   dispatcher's (``RegisterWorkerReply.heartbeat_max_ms``, a quarter of
   ``worker_timeout_ms``): a quiet worker still heartbeats four times per
   timeout, or asks for splits as often (a split request shows it alive: its
-  heartbeat then waits, ``_worker/control.py`` ``STRETCH``). A dispatcher
+  heartbeat then waits, ``_worker/control_core.py`` ``STRETCH``). A dispatcher
   that names none keeps the worker at its base. A trace window wakes every
   worker (a heartbeat reply that answers no request): it heartbeats at once
   and hears of the window with its clock.
