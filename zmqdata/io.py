@@ -57,33 +57,56 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, bytes | int]]:
             raise InvalidArgumentError(f"wire type {wire} in a tf.train.Example")
 
 
+def _bytes_list(body: bytes) -> np.ndarray:
+    """A ``BytesList``'s values: an object array of ``bytes``."""
+    values = [v for n, _, v in _fields(body) if n == 1]
+    return np.array(values, dtype=object)
+
+
+def _float_list(body: bytes) -> np.ndarray:
+    """A ``FloatList``'s values: a float32 array."""
+    floats = bytearray()
+    for n, _, v in _fields(body):
+        if n == 1 and isinstance(v, bytes):
+            floats += v  # packed (wire 2) or one value (wire 5): raw LE float32
+    return np.frombuffer(bytes(floats), dtype="<f4").astype(np.float32)
+
+
+def _int64_list(body: bytes) -> np.ndarray:
+    """An ``Int64List``'s values (packed or one by one): an int64 array."""
+    ints: list[int] = []
+    for n, wire, v in _fields(body):
+        if n != 1:
+            continue
+        if wire == 0:
+            ints.append(int(v))
+        else:
+            assert isinstance(v, bytes)
+            ints += _packed_varints(v)
+    return np.array(ints, dtype=np.uint64).astype(np.int64)
+
+
+def _packed_varints(data: bytes) -> list[int]:
+    """The varints packed one after another in ``data``."""
+    values = []
+    at = 0
+    while at < len(data):
+        value, at = _varint(data, at)
+        values.append(value)
+    return values
+
+
+_LISTS = {1: _bytes_list, 2: _float_list, 3: _int64_list}
+"""A ``Feature``'s field numbers and the decoders of their lists."""
+
+
 def _feature(data: bytes) -> np.ndarray:
     """A ``Feature``: bytes_list (1), float_list (2) or int64_list (3)."""
     for kind, _, body in _fields(data):
         assert isinstance(body, bytes)
-        if kind == 1:
-            values = [v for n, _, v in _fields(body) if n == 1]
-            return np.array(values, dtype=object)
-        if kind == 2:
-            floats = bytearray()
-            for n, _, v in _fields(body):
-                if n == 1 and isinstance(v, bytes):
-                    floats += v  # packed (wire 2) or one value (wire 5): raw LE float32
-            return np.frombuffer(bytes(floats), dtype="<f4").astype(np.float32)
-        if kind == 3:
-            ints: list[int] = []
-            for n, wire, v in _fields(body):
-                if n != 1:
-                    continue
-                if wire == 0:
-                    ints.append(int(v))
-                else:
-                    assert isinstance(v, bytes)
-                    at = 0
-                    while at < len(v):
-                        value, at = _varint(v, at)
-                        ints.append(value)
-            return np.array(ints, dtype=np.uint64).astype(np.int64)
+        decode = _LISTS.get(kind)
+        if decode is not None:
+            return decode(body)
     return np.array([], dtype=object)
 
 
@@ -100,16 +123,25 @@ def parse_example(record: bytes) -> dict[str, np.ndarray]:
     data = bytes(record)
     out: dict[str, np.ndarray] = {}
     for number, _, features in _fields(data):
-        if number != 1 or not isinstance(features, bytes):
-            continue
-        for entry_number, _, entry in _fields(features):
-            if entry_number != 1 or not isinstance(entry, bytes):
-                continue
-            name, value = "", b""
-            for n, _, v in _fields(entry):
-                if n == 1 and isinstance(v, bytes):
-                    name = v.decode("utf-8", "replace")
-                elif n == 2 and isinstance(v, bytes):
-                    value = v
-            out[name] = _feature(value)
+        if number == 1 and isinstance(features, bytes):
+            for name, value in _entries(features):
+                out[name] = _feature(value)
     return out
+
+
+def _entries(features: bytes) -> Iterator[tuple[str, bytes]]:
+    """``(name, Feature bytes)`` of each map entry of a ``Features`` message."""
+    for number, _, entry in _fields(features):
+        if number == 1 and isinstance(entry, bytes):
+            yield _entry(entry)
+
+
+def _entry(entry: bytes) -> tuple[str, bytes]:
+    """A ``Features`` map entry's key (field 1) and ``Feature`` value (field 2)."""
+    name, value = "", b""
+    for n, _, v in _fields(entry):
+        if n == 1 and isinstance(v, bytes):
+            name = v.decode("utf-8", "replace")
+        elif n == 2 and isinstance(v, bytes):
+            value = v
+    return name, value

@@ -101,20 +101,26 @@ def to_torch(structure: Any) -> Any:
 
 
 def _convert(value: Any) -> Any:
+    """``value`` with its numpy arrays and scalars as tensors, its structure kept."""
     if isinstance(value, np.ndarray):
         return _array_to_tensor(value)
     if isinstance(value, str | bytes):
         return value
     if isinstance(value, np.generic):
         return _array_to_tensor(np.array(value))
+    if isinstance(value, tuple | list | dict):
+        return _convert_container(value)
+    return value
+
+
+def _convert_container(value: tuple[Any, ...] | list[Any] | dict[Any, Any]) -> Any:
+    """A tuple (named too), list or dict of ``_convert``'s values: its own kind."""
     if isinstance(value, tuple):
         items = [_convert(v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, list):
         return [_convert(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _convert(v) for k, v in value.items()}
-    return value
+    return {k: _convert(v) for k, v in value.items()}
 
 
 def _start_at_epoch(dataset: Dataset, epoch: int) -> None:
@@ -457,8 +463,6 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
         source.load_state_dict(torch.load("checkpoint.pt")["input"])
     """
     _needs_torch()
-    from zmqdata._client.position import merge_positions
-
     distributed = torch.distributed
     if not (distributed.is_available() and distributed.is_initialized()):
         raise ValueError(
@@ -471,6 +475,12 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
     entries: list[Any] = [None] * distributed.get_world_size(group)
     distributed.all_gather_object(entries, entry, group=group)
     # Every rank holds every entry now: each raises the same error (no hang).
+    _raise_errors(entry, entries)
+    return {"position": _merged_position(entries)}
+
+
+def _raise_errors(entry: dict[str, Any], entries: list[Any]) -> None:
+    """Raises this rank's error (``entry``'s), else the first rank's, if any."""
     if "error" in entry:
         error_type = TypeError if entry["error"] == "TypeError" else ValueError
         raise error_type(entry["message"])
@@ -479,10 +489,14 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
             raise ValueError(
                 f"gather_state_dict failed on rank {rank}: {other['message']}"
             )
+
+
+def _merged_position(entries: list[Any]) -> bytes | None:
+    """The ranks' positions merged (None between passes); raises where they can't be."""
     positions = [other["position"] for other in entries]
     missing = [rank for rank, position in enumerate(positions) if position is None]
     if len(missing) == len(positions):
-        return {"position": None}
+        return None
     if missing:
         raise ValueError(
             f"ranks {missing} have no position (no pass running, position=None) "
@@ -491,15 +505,27 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
         )
     pending = [rank for rank, other in enumerate(entries) if other["pending"]]
     if pending:
-        if len(pending) == len(entries) and len(set(positions)) == 1:
-            return {"position": positions[0]}  # loaded, not started: as loaded
-        raise ValueError(
-            f"ranks {pending} hold a position from load_state_dict they have not "
-            "started from, while the others are reading: call gather_state_dict "
-            "on every rank at the same step"
-        )
+        return _loaded_position(pending, positions)
+    return _merge(positions)
+
+
+def _loaded_position(pending: list[int], positions: list[bytes]) -> bytes:
+    """The position every rank loaded and none started from; else raises."""
+    if len(pending) == len(positions) and len(set(positions)) == 1:
+        return positions[0]  # loaded, not started: as loaded
+    raise ValueError(
+        f"ranks {pending} hold a position from load_state_dict they have not "
+        "started from, while the others are reading: call gather_state_dict "
+        "on every rank at the same step"
+    )
+
+
+def _merge(positions: list[bytes]) -> bytes:
+    """``merge_positions`` of the ranks' positions, its refusal explained."""
+    from zmqdata._client.position import merge_positions
+
     try:
-        merged = merge_positions(positions)
+        return merge_positions(positions)
     except InvalidArgumentError as error:
         raise InvalidArgumentError(
             f"gather_state_dict cannot merge the {len(positions)} ranks' positions: "
@@ -507,7 +533,6 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
             "num_consumers=world_size and consumer_index=rank, which "
             "IterableDataset fills in) read with num_workers=0"
         ) from error
-    return {"position": merged}
 
 
 if TYPE_CHECKING:

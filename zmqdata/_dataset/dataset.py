@@ -18,19 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from zmqdata._dataset import fs, structure
-from zmqdata._dataset.constants import AUTOTUNE, SHARD_HINT
+from zmqdata._dataset import builders, structure
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Constant, Node, make_iterator
 from zmqdata._dataset.ops import mix
-from zmqdata._dataset.ops.source import SourceRef
-from zmqdata._dataset.validate import (
-    check_callable,
-    check_int,
-    check_optional_bool,
-    check_optional_int,
-)
-from zmqdata.errors import InvalidArgumentError
+from zmqdata._dataset.validate import check_callable, check_int
 
 
 class Dataset:
@@ -57,18 +49,7 @@ class Dataset:
         >>> [int(x) for x in Dataset.range(2, 10, 3)]
         [2, 5, 8]
         """
-        if step is not None:
-            if len(args) != 2:
-                raise TypeError(f"range step= needs start and stop, got {args!r}")
-            args = (*args, step)
-        if not 1 <= len(args) <= 3:
-            raise TypeError(f"range takes 1 to 3 arguments, got {len(args)}: {args!r}")
-        start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
-        start, stop = check_int("range start", start), check_int("range stop", stop)
-        step = check_int("range step", step)
-        if step == 0:
-            raise ValueError("range step must not be 0")
-        return Dataset(Node("range", {"start": start, "stop": stop, "step": step}))
+        return Dataset(builders.range_node(args, step))
 
     @staticmethod
     def from_tensor_slices(tensors: Any) -> Dataset:
@@ -77,16 +58,7 @@ class Dataset:
         >>> [(int(a), b.tolist()) for a, b in Dataset.from_tensor_slices(([1, 2], [[3], [4]]))]
         [(1, [3]), (2, [4])]
         """
-        arrays = _to_arrays(tensors)
-        try:
-            size = structure.first_dim(arrays)
-        except InvalidArgumentError as error:
-            raise ValueError(
-                f"from_tensor_slices({_short(tensors)}): {error}"
-            ) from None
-        return Dataset(
-            Node("from_tensor_slices", {"tensors": Constant(arrays), "size": size})
-        )
+        return Dataset(builders.tensor_slices_node(tensors))
 
     @staticmethod
     def from_tensors(tensors: Any) -> Dataset:
@@ -107,14 +79,7 @@ class Dataset:
         >>> list(Dataset.from_generator(lambda n: iter("ab" * n), args=(2,)))
         ['a', 'b', 'a', 'b']
         """
-        check_callable("from_generator fn", fn)
-        if not isinstance(args, tuple | list):
-            raise TypeError(
-                f"from_generator args must be a tuple or list, got {args!r}"
-            )
-        return Dataset(
-            Node("from_generator", {"fn": fn, "args": Constant(tuple(args))})
-        )
+        return Dataset(builders.generator_node(fn, args))
 
     @staticmethod
     def from_source(source: Any) -> Dataset:
@@ -128,14 +93,7 @@ class Dataset:
         >>> [int(x) for x in Dataset.from_source([3, 1, 2])]
         [3, 1, 2]
         """
-        if not hasattr(source, "__getitem__") or not hasattr(source, "__len__"):
-            raise TypeError(
-                "from_source needs an object with __len__ and __getitem__, got "
-                f"{type(source).__name__}"
-            )
-        return Dataset(
-            Node("from_source", {"source": SourceRef(source), "size": len(source)})
-        )
+        return Dataset(builders.source_node(source))
 
     @staticmethod
     def from_tfrecord(
@@ -206,13 +164,7 @@ class Dataset:
         ``memory://``). The pattern is matched once, when the dataset is built;
         the file list travels with the pipeline.
         """
-        files = fs.expand(pattern, "list_files pattern")
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"list_files shuffle must be a bool, got {shuffle!r}")
-        seed = check_optional_int("list_files seed", seed)
-        return Dataset(
-            Node("list_files", {"files": files, "shuffle": shuffle, "seed": seed})
-        )
+        return Dataset(builders.list_files_node(pattern, shuffle, seed))
 
     @staticmethod
     def zip(datasets: Sequence[Dataset] | Mapping[str, Dataset]) -> Dataset:
@@ -221,15 +173,7 @@ class Dataset:
         >>> [(int(a), int(b)) for a, b in Dataset.zip((Dataset.range(3), Dataset.range(5, 7)))]
         [(0, 5), (1, 6)]
         """
-        if isinstance(datasets, Mapping):
-            keys: list[str] | None = list(datasets)
-            members = list(datasets.values())
-            if not all(isinstance(k, str) for k in datasets):
-                raise TypeError(f"zip dict keys must be str, got {list(datasets)!r}")
-        elif isinstance(datasets, tuple | list):
-            keys, members = None, list(datasets)
-        else:
-            raise TypeError(f"zip takes a tuple or dict of datasets, got {datasets!r}")
+        keys, members = builders.zip_members(datasets)
         if not members or not all(isinstance(d, Dataset) for d in members):
             raise TypeError(
                 f"zip takes a non-empty tuple or dict of datasets, got {datasets!r}"
@@ -280,7 +224,7 @@ class Dataset:
         if not isinstance(choice_dataset, Dataset):
             raise TypeError(
                 f"{mix.CHOOSE} choice_dataset must be a Dataset, "
-                f"got {_short(choice_dataset)}"
+                f"got {builders.short(choice_dataset)}"
             )
         return Dataset(mix.choose(nodes, choice_dataset._node, stop_on_empty_dataset))
 
@@ -300,13 +244,8 @@ class Dataset:
         >>> [int(x) for x in Dataset.range(3).map(lambda x: x + 10, num_parallel_calls=2)]
         [10, 11, 12]
         """
-        return self._then(
-            "map",
-            fn=check_callable("map fn", fn),
-            num_parallel_calls=_parallelism(
-                "map num_parallel_calls", num_parallel_calls
-            ),
-            deterministic=check_optional_bool("map deterministic", deterministic),
+        return Dataset(
+            builders.map_node(self._node, fn, num_parallel_calls, deterministic)
         )
 
     def filter(self, predicate: Callable[..., Any]) -> Dataset:
@@ -332,11 +271,7 @@ class Dataset:
         >>> [int(x) for x in ds]  # 12 // 0 raised
         [12, 6, 4, 3]
         """
-        if not isinstance(log_warning, bool):
-            raise TypeError(
-                f"ignore_errors log_warning must be a bool, got {log_warning!r}"
-            )
-        return self._then("ignore_errors", log_warning=log_warning)
+        return Dataset(builders.ignore_errors_node(self._node, log_warning))
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
         """Stacks ``batch_size`` consecutive elements leaf-wise with ``np.stack``.
@@ -344,15 +279,7 @@ class Dataset:
         >>> [b.tolist() for b in Dataset.range(5).batch(2)]
         [[0, 1], [2, 3], [4]]
         """
-        if not isinstance(drop_remainder, bool):
-            raise TypeError(
-                f"batch drop_remainder must be a bool, got {drop_remainder!r}"
-            )
-        return self._then(
-            "batch",
-            batch_size=check_int("batch_size", batch_size, minimum=1),
-            drop_remainder=drop_remainder,
-        )
+        return Dataset(builders.batch_node(self._node, batch_size, drop_remainder))
 
     def unbatch(self) -> Dataset:
         """Splits each element along axis 0 into separate elements.
@@ -496,16 +423,10 @@ class Dataset:
         >>> sorted(int(x) for x in ds), list(ds) == list(ds)
         ([0, 1, 2, 3, 4, 5], True)
         """
-        if not isinstance(reshuffle_each_iteration, bool):
-            raise TypeError(
-                "shuffle reshuffle_each_iteration must be a bool, got "
-                f"{reshuffle_each_iteration!r}"
+        return Dataset(
+            builders.shuffle_node(
+                self._node, buffer_size, seed, reshuffle_each_iteration
             )
-        return self._then(
-            "shuffle",
-            buffer_size=check_int("shuffle buffer_size", buffer_size, minimum=1),
-            seed=check_optional_int("shuffle seed", seed, minimum=0),
-            reshuffle_each_iteration=reshuffle_each_iteration,
         )
 
     def repeat(self, count: int | None = None) -> Dataset:
@@ -541,14 +462,7 @@ class Dataset:
         >>> [int(x) for x in Dataset.range(10).shard(3, 1)]
         [1, 4, 7]
         """
-        hint = (SHARD_HINT,)
-        num_shards = check_int("shard num_shards", num_shards, minimum=1, also=hint)
-        index = check_int("shard index", index, minimum=0, also=hint)
-        if SHARD_HINT not in (num_shards, index) and index >= num_shards:
-            raise ValueError(
-                f"shard index must be < num_shards={num_shards}, got {index}"
-            )
-        return self._then("shard", num_shards=num_shards, index=index)
+        return Dataset(builders.shard_node(self._node, num_shards, index))
 
     def interleave(
         self,
@@ -569,20 +483,15 @@ class Dataset:
         >>> [int(x) for x in ds]
         [1, 2, 1, 2]
         """
-        cycle = AUTOTUNE if cycle_length is None else cycle_length
-        return self._then(
-            "interleave",
-            fn=check_callable("interleave fn", fn),
-            cycle_length=check_int(
-                "interleave cycle_length", cycle, 1, also=(AUTOTUNE,)
-            ),
-            block_length=check_int("interleave block_length", block_length, minimum=1),
-            num_parallel_calls=_parallelism(
-                "interleave num_parallel_calls", num_parallel_calls
-            ),
-            deterministic=check_optional_bool(
-                "interleave deterministic", deterministic
-            ),
+        return Dataset(
+            builders.interleave_node(
+                self._node,
+                fn,
+                cycle_length,
+                block_length,
+                num_parallel_calls,
+                deterministic,
+            )
         )
 
     def flat_map(self, fn: Callable[..., Dataset]) -> Dataset:
@@ -609,16 +518,7 @@ class Dataset:
         """
         if not isinstance(other, Dataset):
             raise TypeError(f"concatenate takes a Dataset, got {other!r}")
-        mine, theirs = self.element_spec, other.element_spec
-        if (
-            mine is not None
-            and theirs is not None
-            and structure.common_spec(mine, theirs) is None
-        ):
-            raise TypeError(
-                f"cannot concatenate datasets with incompatible elements: {mine} vs {theirs}"
-            )
-        return Dataset(Node("concatenate", {}, (self._node, other._node)))
+        return Dataset(builders.concatenate_node(self._node, other._node))
 
     def prefetch(self, buffer_size: int) -> Dataset:
         """Runs ahead of the consumer by up to ``buffer_size`` elements on a thread.
@@ -626,10 +526,7 @@ class Dataset:
         >>> [int(x) for x in Dataset.range(3).prefetch(2)]
         [0, 1, 2]
         """
-        size = check_int(
-            "prefetch buffer_size", buffer_size, minimum=0, also=(AUTOTUNE,)
-        )
-        return self._then("prefetch", buffer_size=size)
+        return Dataset(builders.prefetch_node(self._node, buffer_size))
 
     def apply(self, transformation: Callable[[Dataset], Dataset]) -> Dataset:
         """Returns ``transformation(self)``, which must be a ``Dataset``.
@@ -653,9 +550,7 @@ class Dataset:
         >>> Dataset.range(3).batch(2, drop_remainder=True).element_spec
         TensorSpec(shape=(2,), dtype=int64)
         """
-        return _fold(
-            self._node, lambda node, specs: node.definition.element_spec(node, specs)
-        )
+        return builders.element_spec(self._node)
 
     def cardinality(self) -> int:
         """Number of elements, or ``INFINITE_CARDINALITY`` / ``UNKNOWN_CARDINALITY``.
@@ -663,9 +558,7 @@ class Dataset:
         >>> Dataset.range(10).batch(3).cardinality(), Dataset.range(2).repeat().cardinality()
         (4, -1)
         """
-        return int(
-            _fold(self._node, lambda node, ns: node.definition.cardinality(node, ns))
-        )
+        return builders.cardinality(self._node)
 
     def __iter__(self) -> DatasetIterator:
         """A fresh pass over the dataset."""
@@ -679,54 +572,17 @@ class Dataset:
         return f"<Dataset {self._node.op} element_spec={self.element_spec}>"
 
 
-def _fold(node: Node, combine: Callable[[Node, list[Any]], Any]) -> Any:
-    return combine(node, [_fold(child, combine) for child in node.inputs])
-
-
 def _nodes_of(what: str, datasets: Any) -> list[Node]:
     """The nodes of a non-empty list of datasets; raises naming a bad one."""
     if not isinstance(datasets, tuple | list):
-        raise TypeError(f"{what} takes a list of datasets, got {_short(datasets)}")
+        raise TypeError(
+            f"{what} takes a list of datasets, got {builders.short(datasets)}"
+        )
     if not datasets:
         raise ValueError(f"{what} needs at least one dataset, got {datasets!r}")
     for index, dataset in enumerate(datasets):
         if not isinstance(dataset, Dataset):
             raise TypeError(
-                f"{what} datasets[{index}] must be a Dataset, got {_short(dataset)}"
+                f"{what} datasets[{index}] must be a Dataset, got {builders.short(dataset)}"
             )
     return [dataset._node for dataset in datasets]
-
-
-def _parallelism(name: str, value: int | None) -> int | None:
-    return check_optional_int(name, value, minimum=1, also=(AUTOTUNE,))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _to_arrays(tensors: Any) -> Any:
-    """Tuples and dicts stay structures; every other value becomes an array."""
-    if isinstance(tensors, tuple):
-        if not tensors:
-            raise ValueError("from_tensor_slices needs at least one component, got ()")
-        return tuple(_to_arrays(t) for t in tensors)
-    if isinstance(tensors, dict):
-        if not tensors:
-            raise ValueError("from_tensor_slices needs at least one component, got {}")
-        return {key: _to_arrays(value) for key, value in tensors.items()}
-    try:
-        array = np.array(tensors)  # a copy: later changes to ``tensors`` don't leak in
-    except ValueError as error:
-        raise ValueError(f"from_tensor_slices({_short(tensors)}): {error}") from None
-    if array.dtype == object:
-        raise ValueError(
-            f"from_tensor_slices({_short(tensors)}): cannot make a numpy array of it "
-            "(ragged or mixed values?)"
-        )
-    if array.ndim == 0:
-        raise ValueError(
-            f"from_tensor_slices({_short(tensors)}): a scalar has no first dimension to slice"
-        )
-    return array

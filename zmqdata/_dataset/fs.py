@@ -71,23 +71,32 @@ def expand(patterns: str | Sequence[str], what: str = "paths") -> list[str]:
 
 
 def _glob(pattern: str) -> list[str]:
+    """The files ``pattern`` (a local path or URL, a glob or not) names, unsorted."""
     if not is_url(pattern):
-        path = _local(pattern)
-        if not any(c in path for c in _GLOB_CHARS):
-            return [path] if os.path.isfile(path) else []
-        return [p for p in glob.glob(path) if os.path.isfile(p)]
+        return _glob_local(_local(pattern))
     fs, protocol = _filesystem(pattern)
     try:
-        if any(c in pattern.split("://", 1)[1] for c in _GLOB_CHARS):
-            found = fs.glob(pattern)
-        else:
-            # info, not isfile: over http that is a HEAD, not a GET of the object
-            found = [pattern] if fs.info(pattern).get("type") != "directory" else []
+        found = _glob_remote(fs, pattern)
     except FileNotFoundError:
         return []
     except Exception as error:  # a denied credential, an unreachable endpoint
         raise InvalidArgumentError(f"cannot list {pattern!r}: {error}") from error
     return [_with_protocol(p, protocol) for p in found]
+
+
+def _glob_local(path: str) -> list[str]:
+    """The local files ``path`` (a glob or not) names."""
+    if not any(c in path for c in _GLOB_CHARS):
+        return [path] if os.path.isfile(path) else []
+    return [p for p in glob.glob(path) if os.path.isfile(p)]
+
+
+def _glob_remote(fs: Any, url: str) -> list[str]:
+    """The objects ``url`` (a glob or not) names on the fsspec file system ``fs``."""
+    if any(c in url.split("://", 1)[1] for c in _GLOB_CHARS):
+        return list(fs.glob(url))
+    # info, not isfile: over http that is a HEAD, not a GET of the object
+    return [url] if fs.info(url).get("type") != "directory" else []
 
 
 def _with_protocol(path: str, protocol: str) -> str:

@@ -107,19 +107,28 @@ class Marks:
         for i in range(0, len(lineage), 2):
             lo = lineage[i]
             if lo < 0:
-                entry = table.pop(-lo - 1, None)
-                if entry is not None and last.get(entry[0], -1) < entry[1]:
-                    last[entry[0]] = entry[1]
+                _note_latest(last, table.pop(-lo - 1, None))
             elif keys and keys[-1] == lo:
                 keys[-1] = lineage[i + 1]
             else:
                 keys += (lo, lineage[i + 1])
-        roots: dict[tuple[int, ...], Path] = {}
-        for parent, index in last.items():
-            if claims(keys, parent.root[0]):
-                continue  # the root is done: its keys need no mark
-            keep_latest(roots, parent.root, (*parent.path, index))
-        return tuple(keys), list(roots.items())
+        return tuple(keys), _open_marks(keys, last)
+
+
+def _note_latest(last: dict[Parent, int], entry: tuple[Parent, int] | None) -> None:
+    """Keeps in ``last`` the latest output index of ``entry``'s parent."""
+    if entry is not None and last.get(entry[0], -1) < entry[1]:
+        last[entry[0]] = entry[1]
+
+
+def _open_marks(keys: Sequence[int], last: dict[Parent, int]) -> list[Mark]:
+    """The latest mark of each root in ``last`` that ``keys`` do not finish."""
+    roots: dict[tuple[int, ...], Path] = {}
+    for parent, index in last.items():
+        if claims(keys, parent.root[0]):
+            continue  # the root is done: its keys need no mark
+        keep_latest(roots, parent.root, (*parent.path, index))
+    return list(roots.items())
 
 
 def claims(keys: Sequence[int], key: int) -> bool:

@@ -166,28 +166,37 @@ def stack(elements: Sequence[Any]) -> Any:
            [1., 1.]]))
     """
     template = elements[0]
-    kind = type(template)
-    if (
-        isinstance(template, np.generic)
-        and template.dtype.kind in "biufc"
-        and all(type(e) is kind for e in elements)
-    ):
+    if _same_numeric_scalars(elements):
         # Numeric scalars of one type (a batch of `range`): one conversion.
         return np.array(elements, dtype=template.dtype)
     for other in elements[1:]:
         assert_same_structure(template, other)
     columns = zip(*(flatten(e) for e in elements), strict=True)
-    leaves = []
-    for index, column in enumerate(columns):
-        arrays = [_as_array(leaf) for leaf in column]
-        shapes = {a.shape for a in arrays}
-        if len(shapes) > 1:
-            raise InvalidArgumentError(
-                f"cannot batch component {index}: elements have different shapes "
-                f"{sorted(shapes)}"
-            )
-        leaves.append(_stack_contiguous(arrays))
+    leaves = [_stack_column(index, column) for index, column in enumerate(columns)]
     return pack_as(template, leaves)
+
+
+def _same_numeric_scalars(elements: Sequence[Any]) -> bool:
+    """Whether ``elements`` are numpy numeric scalars all of one type."""
+    template = elements[0]
+    kind = type(template)
+    return (
+        isinstance(template, np.generic)
+        and template.dtype.kind in "biufc"
+        and all(type(e) is kind for e in elements)
+    )
+
+
+def _stack_column(index: int, column: Sequence[Any]) -> np.ndarray:
+    """Component ``index`` of a batch: its leaves stacked (one shape, or raises)."""
+    arrays = [_as_array(leaf) for leaf in column]
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise InvalidArgumentError(
+            f"cannot batch component {index}: elements have different shapes "
+            f"{sorted(shapes)}"
+        )
+    return _stack_contiguous(arrays)
 
 
 def _stack_contiguous(arrays: list[np.ndarray]) -> np.ndarray:
