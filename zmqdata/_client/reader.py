@@ -449,35 +449,8 @@ class DistributedIterator(DatasetIterator):
         return element
 
     def _next(self) -> Any:
-        while not self._local:
-            if self._closed:
-                raise StopIteration
-            waiting = time.monotonic()  # demand the workers do not meet (autoscaling)
-            try:
-                item = self._queue.get(timeout=_QUEUE_POLL_S)
-            except queue.Empty:
-                item = None
-            self._counters.waited_s += time.monotonic() - waiting
-            if item is None:
-                if not self._fetcher.running:
-                    self.close()
-                    raise UnavailableError(
-                        "the reader thread ended unexpectedly"
-                    ) from None
-                continue
-            if item is END:
-                self.close()
-                raise StopIteration
-            if isinstance(item, Failure):
-                self.close()
-                raise item.error
-            elements, nbytes, keys, widths, anchors = item
-            self._local.extend(elements)
-            self._local_bytes = nbytes
-            if keys:
-                self._position.took(keys, widths)
-            if self._dealt is not None:
-                self._dealt.took(anchors)
+        if not self._local:  # per batch, not per element
+            self._refill()
         element = self._local.popleft()
         if self._dealt is not None:
             self._dealt.consumed_one()
@@ -489,6 +462,47 @@ class DistributedIterator(DatasetIterator):
             self._counters.starved = False
             self._fetcher.waker.wake(0)
         return element
+
+    def _refill(self) -> None:
+        """Waits for the next batch; raises at the read's end or failure."""
+        while not self._local:
+            if self._closed:
+                raise StopIteration
+            item = self._wait_for_item()
+            if item is not None:
+                self._take(item)
+
+    def _wait_for_item(self) -> Any:
+        """The next item of the queue, or None after a poll interval without one.
+
+        The time waited counts as demand the workers do not meet (autoscaling).
+        """
+        waiting = time.monotonic()
+        try:
+            item = self._queue.get(timeout=_QUEUE_POLL_S)
+        except queue.Empty:
+            item = None
+        self._counters.waited_s += time.monotonic() - waiting
+        if item is None and not self._fetcher.running:
+            self.close()
+            raise UnavailableError("the reader thread ended unexpectedly") from None
+        return item
+
+    def _take(self, item: Any) -> None:
+        """Buffers a batch of the queue; ends or fails the read on ``END``, a ``Failure``."""
+        if item is END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, Failure):
+            self.close()
+            raise item.error
+        elements, nbytes, keys, widths, anchors = item
+        self._local.extend(elements)
+        self._local_bytes = nbytes
+        if keys:
+            self._position.took(keys, widths)
+        if self._dealt is not None:
+            self._dealt.took(anchors)
 
     def get_state(self) -> dict[str, Any]:
         """The read's position: the source keys consumed (small: no element).
