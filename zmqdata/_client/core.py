@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zmqdata._client.acks import Acks
+from zmqdata._client.hold import Hold
 from zmqdata._client.instructions import (
     Batch,
     Broken,
@@ -231,9 +232,7 @@ class ReadCore:
         self._fenced_epoch = 0
         """The epoch last reported: every ack of the tasks dropped by then is sent."""
         self._last_heartbeat = now
-        self._hold_until: int | None = None
-        """After a silence: the heartbeat whose answer releases ``_held``."""
-        self._held: list[tuple[int, m.Elements, Batch]] = []
+        self._hold: Hold[tuple[m.Elements, Batch]] = Hold()
         """Exactly-once replies received after a silence, not acknowledged yet."""
         self.done = False
         self._finished = False
@@ -357,7 +356,8 @@ class ReadCore:
         progress = self.acks.progress(request_id)
         if self.acks.complete:  # no ack of a dropped task is left unsent
             self._fenced_epoch = self._task_epoch
-        self._hold_after_silence(request_id, now)
+        if now - self._last_heartbeat > self.silence_s:  # what comes next waits
+            self._hold.begin(request_id)
         self._last_heartbeat = now
         reported = (self.plan.current_round(), self.plan.deal_position())
         beat = m.ClientHeartbeat(
@@ -382,11 +382,6 @@ class ReadCore:
             self.pace.reset()
         self._heartbeat_due = now + self.pace.interval
         return [ToDispatcher(beat)]
-
-    def _hold_after_silence(self, request_id: int, now: float) -> None:
-        """After a silence, what arrives waits for the answer to ``request_id``."""
-        if now - self._last_heartbeat > self.silence_s and self._hold_until is None:
-            self._hold_until = request_id
 
     def _starved(self, now: float) -> float:
         """The fraction of the time since the last heartbeat the trainer waited."""
@@ -510,8 +505,8 @@ class ReadCore:
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
         batch: Batch = (elements, nbytes if elements else 0, keys, widths, [])
-        if header is not None and keys and self._hold_until is not None:
-            self._held.append((task_id, header, batch))
+        if header is not None and keys and self._hold.active:
+            self._hold.keep(task_id, (header, batch))
             return []
         return self._hand_over(task_id, header, batch)
 
@@ -538,12 +533,12 @@ class ReadCore:
         dropped meanwhile are not (nor acknowledged): their keys may be handed
         out again already, since this reader was not waited for.
         """
-        if self._hold_until is None or request_id < self._hold_until:
+        held = self._hold.release(request_id)
+        if held is None:
             return []
-        held, self._held, self._hold_until = self._held, [], None
         out: list[Instruction] = []
         dropped = 0
-        for task_id, header, batch in held:
+        for task_id, (header, batch) in held:
             if task_id in self.tasks:
                 out += self._hand_over(task_id, header, batch)
             else:
@@ -571,7 +566,7 @@ class ReadCore:
         A LOCAL reader ends when every task it reads has ended: the tasks of
         other processes' workers, which it never reads, never finish for it.
         """
-        busy = any(t.outstanding for t in self.tasks.values()) or bool(self._held)
+        busy = any(t.outstanding for t in self.tasks.values()) or self._hold.holding
         local_done = self.options.target_workers == "LOCAL" and bool(self.tasks)
         over = self._finished or local_done
         if over and not busy and not self.readable_tasks():
