@@ -1,10 +1,24 @@
-"""A ``ReadCore`` wired to a recording transport and link table, on a fake clock."""
+"""A ``ReadCore`` driven as the fetcher drives it, on a fake clock.
+
+``Driven`` feeds the core events (``handle``, ``tick``) and carries out the
+instructions it returns into a ``Recorder``, as ``reader.Fetcher`` does with
+its sockets and queue.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from zmqdata._client.core import Counters, Plan, ReadCore, ReadOptions, Timeouts
+from zmqdata._client import instructions as i
+from zmqdata._client.core import (
+    END,
+    Counters,
+    Failure,
+    Plan,
+    ReadCore,
+    ReadOptions,
+    Timeouts,
+)
 from zmqdata._client.credit import CreditPlan
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._wire import frames
@@ -15,26 +29,34 @@ TIMEOUTS = Timeouts(heartbeat_s=1.0, dispatcher_timeout_s=10.0, worker_timeout_s
 
 
 class Recorder:
-    """The core's transport: keeps what it sent; ``refuse`` endpoints drop sends."""
+    """Where instructions go: kept; sends to ``refuse`` endpoints are not queued."""
 
     def __init__(self) -> None:
         self.to_workers: list[tuple[str, m.GetElements]] = []
         self.heartbeats: list[m.ClientHeartbeat] = []
         self.trainer: list[Any] = []
+        """What the trainer's queue got: batches, ``END``, ``Failure``s."""
         self.refuse: set[str] = set()
+        self.dropped = 0
 
-    def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
-        if endpoint in self.refuse:
-            return False
-        self.to_workers.append((endpoint, request))
+    def carry_out(self, instruction: i.Instruction) -> bool:
+        """Records ``instruction``; False for a send that could not be queued."""
+        if isinstance(instruction, i.ToWorker):
+            if instruction.endpoint in self.refuse:
+                return False
+            self.to_workers.append((instruction.endpoint, instruction.request))
+        elif isinstance(instruction, i.ToDispatcher):
+            assert isinstance(instruction.message, m.ClientHeartbeat)
+            self.heartbeats.append(instruction.message)
+        elif isinstance(instruction, i.Deliver):
+            self.trainer.append(instruction.batch)
+        elif isinstance(instruction, i.End):
+            self.trainer.append(END)
+        elif isinstance(instruction, i.Fail):
+            self.trainer.append(Failure(instruction.error))
+        else:
+            self.dropped += instruction.elements
         return True
-
-    def to_dispatcher(self, message: m.Message) -> None:
-        assert isinstance(message, m.ClientHeartbeat)
-        self.heartbeats.append(message)
-
-    def to_trainer(self, item: Any) -> None:
-        self.trainer.append(item)
 
     def take(self) -> list[m.GetElements]:
         """The requests sent since the last call."""
@@ -87,21 +109,73 @@ def state(
     )
 
 
+class Driven:
+    """A ``ReadCore`` fed events as the fetcher feeds it; its instructions recorded.
+
+    The methods are the events' (the core's other attributes read through).
+    """
+
+    def __init__(self, core: ReadCore, sent: Recorder) -> None:
+        self.core, self.sent = core, sent
+        self.instructions: list[i.Instruction] = []
+        """Every instruction the core returned, in order."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.core, name)
+
+    def handle(self, event: i.Event, now: float) -> None:
+        """Feeds ``event``; carries out the instructions (refused sends: ``Unsent``)."""
+        self.run(self.core.handle(event, now), now)
+
+    def run(self, instructions: list[i.Instruction], now: float) -> None:
+        """Carries out ``instructions`` in order."""
+        self.instructions += instructions
+        for instruction in instructions:
+            if not self.sent.carry_out(instruction):
+                assert isinstance(instruction, i.ToWorker)
+                self.handle(i.Unsent(instruction.request), now)
+
+    def apply_state(self, state: m.IterationState, now: float = 0.0) -> None:
+        self.handle(i.Started(state), now)
+
+    def on_dispatcher(self, message: m.Message, now: float) -> None:
+        self.handle(i.FromDispatcher(message), now)
+
+    def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
+        self.handle(i.FromWorker(header, parts), now)
+
+    def on_links_lost(self, endpoints: list[str], now: float) -> None:
+        self.handle(i.LinksLost(endpoints), now)
+
+    def request_more(self, now: float) -> None:
+        self.handle(i.Drained(), now)
+
+    def tick(self, now: float) -> None:
+        self.run(self.core.tick(now), now)
+
+    def heartbeat(self, now: float) -> None:
+        self.run(self.core.heartbeat(now), now)
+
+
+def driven(read: ReadOptions, plan: Plan, counters: Counters | None = None) -> Driven:
+    """A core of client 7 reading with ``plan``, driven into a new ``Recorder``."""
+    core = ReadCore(read, TIMEOUTS, 7, counters or Counters(), plan, LinkTable(), 0.0)
+    return Driven(core, Recorder())
+
+
 class Reader:
     """A core, its plan and its fakes; ``now`` is the fake clock."""
 
     def __init__(self, read: ReadOptions, tasks: list[int], **extra: Any) -> None:
         self.counters = Counters()
-        self.sent, self.links = Recorder(), LinkTable()
         plan: Plan = (
             CreditPlan(read, self.counters)
             if read.num_consumers is None
             else RoundPlan(read)
         )
         self.now = 0.0
-        self.core = ReadCore(
-            read, TIMEOUTS, 7, self.counters, plan, self.sent, self.links, self.now
-        )
+        self.core = driven(read, plan, self.counters)
+        self.sent, self.links = self.core.sent, self.core.core.links
         self.core.apply_state(state(tasks, **extra))
         self.core.request_more(self.now)
 

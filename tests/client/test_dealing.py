@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.client.fakes import TIMEOUTS, LinkTable, Recorder, options
-from zmqdata._client.core import END, Counters, Failure, ReadCore
+from tests.client.fakes import Driven, Recorder, driven, options
+from zmqdata._client.core import END, Failure
 from zmqdata._client.dealing import DealPlan
 from zmqdata._dispatcher.dealing import skip_for
 from zmqdata._wire import deal, frames
@@ -79,7 +79,7 @@ class Worker:
 
 @dataclass
 class Rank:
-    core: ReadCore
+    core: Driven
     sent: Recorder
     inbox: dict[int, list[tuple[m.Message, list[Any]]]] = field(default_factory=dict)
     """Replies on their way, by task: each worker's in the order it sent them."""
@@ -134,11 +134,8 @@ class Sim:
                 num_consumers=R,
                 max_outstanding_requests=window,
             )
-            sent = Recorder()
-            core = ReadCore(
-                read, TIMEOUTS, 7, Counters(), DealPlan(read), sent, LinkTable(), 0.0
-            )
-            self.ranks.append(Rank(core, sent))
+            core = driven(read, DealPlan(read))
+            self.ranks.append(Rank(core, core.sent))
         for rank in self.ranks:
             rank.core.on_dispatcher(self.state(), self.now)
             rank.core.request_more(self.now)
@@ -674,10 +671,8 @@ def test_a_malformed_deal_state_fails_the_read():
     read = options(
         processing_mode=DYNAMIC, job_name="j", consumer_index=0, num_consumers=2
     )
-    sent = Recorder()
-    core = ReadCore(
-        read, TIMEOUTS, 7, Counters(), DealPlan(read), sent, LinkTable(), 0.0
-    )
+    core = driven(read, DealPlan(read))
+    sent = core.sent
     bad = m.IterationState(
         client_id=7, iteration_id=1, tasks=[], finished=False, deal={"splits": 1}
     )

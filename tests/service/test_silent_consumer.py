@@ -28,7 +28,7 @@ def freeze(iterator: Any) -> threading.Event:
     frozen, thaw = threading.Event(), threading.Event()
 
     def frozen_tick(now: float) -> None:
-        fetcher._core.heartbeat(now)  # every acknowledgement is out
+        fetcher._carry_out(fetcher._core.heartbeat(now))  # every ack is out
         frozen.set()
         thaw.wait(FREEZE_DEADLINE_S)
         del fetcher.on_tick  # back to the reader's own

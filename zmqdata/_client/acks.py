@@ -21,9 +21,12 @@ latest of each root (``progress``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.progress import REPORT_MARKS, Mark, Path, keep_latest_packed, pack
+
+_T = TypeVar("_T")
 
 REPORT_NUMBERS = 8_192
 """The most task ids and keys one heartbeat reports (the dispatcher's cap is 65,536)."""
@@ -82,14 +85,28 @@ class Acks:
 
         What it and earlier heartbeats carried is kept there: not reported again.
         """
-        for sent_id in [i for i in self._sent if i <= request_id]:
-            for task_id, *keys in self._sent.pop(sent_id):
-                ranges = self._open.get(task_id)
-                if ranges is not None:
-                    ranges.remove_all(keys)
-                    if not ranges:
-                        del self._open[task_id]
-        for sent_id in [i for i in self._marks_sent if i <= request_id]:
-            for root, path in self._marks_sent.pop(sent_id):
+        for report in _pop_up_to(self._sent, request_id):
+            for task_id, *keys in report:
+                self._forget_keys(task_id, keys)
+        for marks in _pop_up_to(self._marks_sent, request_id):
+            for root, path in marks:
                 if self._marks.get(root) == path:
                     del self._marks[root]
+
+    def _forget_keys(self, task_id: int, keys: list[int]) -> None:
+        """``keys`` (flat ranges) of ``task_id`` are confirmed: no longer open."""
+        ranges = self._open.get(task_id)
+        if ranges is not None:
+            ranges.remove_all(keys)
+            if not ranges:
+                del self._open[task_id]
+
+
+def _pop_up_to(sent: dict[int, _T], request_id: int) -> list[_T]:
+    """Takes out what heartbeats up to ``request_id`` carried, oldest first.
+
+    >>> sent = {1: "a", 2: "b", 3: "c"}
+    >>> _pop_up_to(sent, 2), sent
+    (['a', 'b'], {3: 'c'})
+    """
+    return [sent.pop(i) for i in [i for i in sent if i <= request_id]]

@@ -1,22 +1,45 @@
 """``ReadCore``: a reader's decisions, pure: no sockets, no clock of its own.
 
-The fetcher thread (``reader.Fetcher``) owns the sockets and feeds the core
-what happens, with ``now``: the dispatcher's replies, the workers' replies,
-lost links, ticks. The core keeps the task table, decides when to heartbeat,
-when the read has ended or failed, and leaves how to ask workers for elements
-to its ``Plan``: first come, first served (``credit.CreditPlan``) or
-coordinated rounds (``rounds.RoundPlan``). What it sends goes out through a
-``Transport``. Tests drive it with a fake clock.
+The dispatcher's shape (``_dispatcher/state.py``): the fetcher thread
+(``reader.Fetcher``) owns the sockets and feeds the core what happens
+(``instructions``' events: the dispatcher's replies, the workers' replies,
+lost links, sends it could not queue) with ``handle(event, now)``, and
+``tick(now)``; both return instructions (send to a worker, to the dispatcher,
+deliver to the trainer, end, fail), which the fetcher carries out. The core
+keeps the task table, decides when to heartbeat, when the read has ended or
+failed, and leaves how to ask workers for elements to its ``Plan``: first come,
+first served (``credit.CreditPlan``), coordinated rounds (``rounds.RoundPlan``)
+or dealt turns (``dealing.DealPlan``), whose methods return instructions too.
+Tests drive it with a fake clock (``tests/client``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from zmqdata._client.acks import Acks
+from zmqdata._client.hold import Hold
+from zmqdata._client.instructions import (
+    Batch,
+    Broken,
+    Closing,
+    Deliver,
+    Drained,
+    Dropped,
+    End,
+    Event,
+    Fail,
+    FromDispatcher,
+    FromWorker,
+    Instruction,
+    LinksLost,
+    Started,
+    ToDispatcher,
+    Unsent,
+)
 from zmqdata._client.traces import sharing
 from zmqdata._config import MIN_FENCE_TIMEOUT_MS
 from zmqdata._runtime.clock import Backoff
@@ -28,10 +51,9 @@ from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     UnavailableError,
+    ZmqDataError,
     from_code,
 )
-
-logger = logging.getLogger("zmqdata.client")
 
 END = object()
 """Put on the trainer's queue when the read is over."""
@@ -60,12 +82,6 @@ def quiet_ceiling_s(fence_timeout_ms: int) -> float:
     (4.0, 1.6)
     """
     return QUIET_SHARE * max(MIN_FENCE_TIMEOUT_MS, fence_timeout_ms) / 1000
-
-
-Batch = tuple[list[Any], int, list[int], list[int], list[int]]
-"""What goes to the trainer per reply: elements, their decoded bytes,
-(exactly once) the keys they cover and how many each (``lineage.Coverage``),
-and (multi-rank reads) ``[ordinal, offset]`` of each element's split."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,19 +169,6 @@ class Counters:
         return max(1, sum(self.sizes) // len(self.sizes))
 
 
-class Transport(Protocol):
-    """Where the core's messages go (the fetcher's sockets and queue)."""
-
-    def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
-        """Sends without blocking; False when the request could not be queued."""
-
-    def to_dispatcher(self, message: m.Message) -> None:
-        """Sends without blocking (a dispatcher that is gone is noticed by silence)."""
-
-    def to_trainer(self, item: Any) -> None:
-        """Hands a ``Batch``, ``END`` or a ``Failure`` to the trainer."""
-
-
 class LinkState(Protocol):
     """The connection state of the reader's worker links (``links.Links``)."""
 
@@ -185,22 +188,25 @@ class Plan(Protocol):
     def deal_position(self) -> list[int]:
         """Multi-rank reads: what heartbeats report (``ClientHeartbeat.deal``)."""
 
-    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+    def on_state(self, core: ReadCore, state: m.IterationState) -> list[Instruction]:
         """Follows a new task list (tasks gone are already forgotten)."""
 
     def forget(self, task: Task) -> None:
         """Drops ``task``'s requests in flight, which will never be answered."""
 
-    def request_more(self, core: ReadCore, now: float) -> None:
-        """Sends the requests the free credit allows."""
+    def request_more(self, core: ReadCore, now: float) -> list[Instruction]:
+        """The requests the free credit allows."""
 
     def on_elements(
-        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
-    ) -> None:
+        self, core: ReadCore, header: m.Elements, reply: FromWorker, now: float
+    ) -> list[Instruction]:
         """Takes a data reply."""
 
-    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
         """Takes an error reply from a worker."""
+
+    def on_unsent(self, request: m.GetElements, now: float) -> None:
+        """Takes back ``request``, which could not be sent: asks again later."""
 
 
 class ReadCore:
@@ -213,13 +219,11 @@ class ReadCore:
         client_id: int,
         counters: Counters,
         plan: Plan,
-        transport: Transport,
         links: LinkState,
         now: float,
     ) -> None:
         self.options, self.timeouts, self.client_id = options, timeouts, client_id
-        self.counters, self.plan = counters, plan
-        self.transport, self.links = transport, links
+        self.counters, self.plan, self.links = counters, plan, links
         self.tasks: dict[int, Task] = {}
         self.acks = Acks()
         """Exactly once: keys received, reported until the dispatcher confirms."""
@@ -228,9 +232,7 @@ class ReadCore:
         self._fenced_epoch = 0
         """The epoch last reported: every ack of the tasks dropped by then is sent."""
         self._last_heartbeat = now
-        self._hold_until: int | None = None
-        """After a silence: the heartbeat whose answer releases ``_held``."""
-        self._held: list[tuple[int, m.Elements, Batch]] = []
+        self._hold: Hold[tuple[m.Elements, Batch]] = Hold()
         """Exactly-once replies received after a silence, not acknowledged yet."""
         self.done = False
         self._finished = False
@@ -251,6 +253,16 @@ class ReadCore:
         """The last heartbeat, if it reported nothing new (its request id)."""
         self._reported: tuple[int | None, list[int]] = (None, [])
         """The round and multi-rank position the last heartbeat reported."""
+        self._handlers: dict[type[Any], Callable[[Any, float], list[Instruction]]] = {
+            Started: lambda event, _: self.apply_state(event.state),
+            FromDispatcher: lambda event, now: self.on_dispatcher(event.message, now),
+            FromWorker: self.on_worker,
+            LinksLost: lambda event, now: self.on_links_lost(event.endpoints, now),
+            Unsent: self.on_unsent,
+            Broken: lambda event, _: self.fail(event.error),
+            Drained: lambda _, now: self.request_more(now),
+            Closing: lambda _, __: self.release(),
+        }
 
     def next_request_id(self) -> int:
         """A new request id (heartbeats and data requests share the sequence)."""
@@ -259,7 +271,11 @@ class ReadCore:
 
     # ------------------------------------------------------------ events
 
-    def on_dispatcher(self, message: m.Message, now: float) -> None:
+    def handle(self, event: Event, now: float) -> list[Instruction]:
+        """Takes one event of the shell; returns what to do."""
+        return self._handlers[type(event)](event, now)
+
+    def on_dispatcher(self, message: m.Message, now: float) -> list[Instruction]:
         """Takes a dispatcher reply."""
         self._last_dispatcher_reply = now
         if isinstance(message, m.IterationState):
@@ -267,51 +283,71 @@ class ReadCore:
             quiet = message.unchanged and message.request_id == self._quiet
             self.pace.after(changed=not quiet)
             self._heartbeat_due = self._last_heartbeat + self.pace.interval
-            self.apply_state(message)
-        elif isinstance(message, m.Error):
-            self.fail(from_code(message.code, message.message))
+            return self.apply_state(message)
+        if isinstance(message, m.Error):
+            return self.fail(from_code(message.code, message.message))
+        return []
 
-    def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
-        """Takes a worker reply (``parts`` are its frames, header first)."""
+    def on_worker(self, reply: FromWorker, now: float) -> list[Instruction]:
+        """Takes a worker reply (an undecodable one fails the read)."""
         self._last_worker_reply = now
+        out = []
         if now - self._last_heartbeat > self.silence_s:  # silent: hold what comes
-            self.heartbeat(now)
-        if isinstance(header, m.Error):
-            self.plan.on_error(self, header, now)
-        elif isinstance(header, m.Elements):
-            self.plan.on_elements(self, header, parts, now)
+            out = self.heartbeat(now)
+        header = reply.header
+        try:
+            if isinstance(header, m.Error):
+                out += self.plan.on_error(self, header, now)
+            elif isinstance(header, m.Elements):
+                out += self.plan.on_elements(self, header, reply, now)
+        except ZmqDataError as error:
+            out += self.fail(error)
+        return out
 
-    def on_links_lost(self, endpoints: list[str], now: float) -> None:
+    def on_links_lost(self, endpoints: list[str], now: float) -> list[Instruction]:
         """A lost connection loses its replies: frees their credit for other tasks.
 
         The tasks are asked again once their worker is connected again.
         """
+        out = []
         for task in self.tasks.values():
             if task.endpoint in endpoints:
                 self.plan.forget(task)
-                self.report_if_finished(task, now)
+                out += self.report_if_finished(task, now)
+        return out
 
-    def tick(self, now: float) -> None:
+    def on_unsent(self, event: Unsent, now: float) -> list[Instruction]:
+        """A request that could not be queued is asked again later."""
+        self.plan.on_unsent(event.request, now)
+        return []
+
+    def tick(self, now: float) -> list[Instruction]:
         """Heartbeats when due; fails the read if the service went silent."""
         if self.done:
-            return
-        if now >= self._heartbeat_due:
-            self.heartbeat(now)
+            return []
+        out = self.heartbeat(now) if now >= self._heartbeat_due else []
         error = self._silence(now) or self._unreachable(now)
         if error is not None:
-            self.fail(error)
-            return
-        self.request_more(now)
+            return out + self.fail(error)
+        return out + self.request_more(now)
 
-    def request_more(self, now: float) -> None:
-        """Sends the requests the free credit allows (nothing once ended)."""
-        if not self.done:
-            self.plan.request_more(self, now)
+    def request_more(self, now: float) -> list[Instruction]:
+        """The requests the free credit allows (none once ended)."""
+        return [] if self.done else self.plan.request_more(self, now)
+
+    def release(self) -> list[Instruction]:
+        """Releases this reader, with the acknowledgements not confirmed yet."""
+        release = m.ReleaseIterationClient(
+            client_id=self.client_id,
+            acked=self.acks.report(self.next_request_id()),
+            deal=self.plan.deal_position(),
+        )
+        return [ToDispatcher(release)]
 
     # ------------------------------------------------------------ dispatcher
 
-    def heartbeat(self, now: float) -> None:
-        """Sends a heartbeat, with the tasks finished and owing nothing."""
+    def heartbeat(self, now: float) -> list[Instruction]:
+        """A heartbeat, with the tasks finished and owing nothing."""
         finished = [
             t.task_id for t in self.tasks.values() if t.finished and not t.requests
         ]
@@ -320,36 +356,32 @@ class ReadCore:
         progress = self.acks.progress(request_id)
         if self.acks.complete:  # no ack of a dropped task is left unsent
             self._fenced_epoch = self._task_epoch
-        if now - self._last_heartbeat > self.silence_s and self._hold_until is None:
-            self._hold_until = request_id
+        if now - self._last_heartbeat > self.silence_s:  # what comes next waits
+            self._hold.begin(request_id)
         self._last_heartbeat = now
-        starved = self._starved(now)
         reported = (self.plan.current_round(), self.plan.deal_position())
-        shares = sharing()  # a trainer that shares traces hears of windows soon
-        news = finished or acked or progress or starved or shares
-        news = news or reported != self._reported
+        beat = m.ClientHeartbeat(
+            request_id=request_id,
+            client_id=self.client_id,
+            finished_tasks=finished,
+            current_round=reported[0],
+            acked=acked,
+            progress=progress,
+            task_epoch=self._fenced_epoch,
+            starved=self._starved(now),
+            deal=reported[1],
+            consumed=self.counters.consumed,
+            consumer_index=self.options.consumer_index,
+            share_traces=sharing(),  # a trainer that shares traces hears of windows soon
+            known=self._revision,
+        )
+        news = _has_news(beat) or reported != self._reported
         self._quiet = None if news else request_id
         self._reported = reported
-        self.transport.to_dispatcher(
-            m.ClientHeartbeat(
-                request_id=request_id,
-                client_id=self.client_id,
-                finished_tasks=finished,
-                current_round=reported[0],
-                acked=acked,
-                progress=progress,
-                task_epoch=self._fenced_epoch,
-                starved=starved,
-                deal=reported[1],
-                consumed=self.counters.consumed,
-                consumer_index=self.options.consumer_index,
-                share_traces=shares,
-                known=self._revision,
-            )
-        )
         if news:
             self.pace.reset()
         self._heartbeat_due = now + self.pace.interval
+        return [ToDispatcher(beat)]
 
     def _starved(self, now: float) -> float:
         """The fraction of the time since the last heartbeat the trainer waited."""
@@ -359,34 +391,44 @@ class ReadCore:
             return 0.0
         return min(1.0, max(0.0, (self.counters.waited_s - waited) / (now - since)))
 
-    def apply_state(self, state: m.IterationState) -> None:
+    def apply_state(self, state: m.IterationState) -> list[Instruction]:
         """Follows the dispatcher's task list and end of input."""
-        if self._incarnation is None:
-            self._incarnation = state.incarnation
-        elif state.incarnation != self._incarnation:
-            self.fail(
+        if not self._same_incarnation(state):
+            return self.fail(
                 FailedPreconditionError(
                     f"dispatcher {self.options.service} restarted without "
                     "fault_tolerant_mode and lost this job's state; start a new iterator"
                 )
             )
-            return
         if state.fence_timeout_ms:
             self.silence_s = max(SILENCE_S, state.fence_timeout_ms / 2000)
             self.pace.set_ceiling(quiet_ceiling_s(state.fence_timeout_ms))
         if state.unchanged:  # the tasks, end and schedule applied last hold
-            self._release_held(state.request_id)
-            return
+            return self._release_held(state.request_id)
         self._revision = state.revision
         try:
             infos = [TaskInfo.from_wire(info) for info in state.tasks]
         except InvalidArgumentError as error:
-            self.fail(error)
-            return
+            return self.fail(error)
+        self._follow_tasks(infos)
+        # Nothing of a task dropped is taken any more (its replies answer
+        # forgotten requests): the next heartbeat says so, acks included.
+        self._task_epoch = state.task_epoch
+        out = self._release_held(state.request_id)
+        out += self.plan.on_state(self, state)
+        self._finished = state.finished
+        return out + self.maybe_end()
+
+    def _same_incarnation(self, state: m.IterationState) -> bool:
+        """Whether ``state`` comes from the dispatcher's first answer's incarnation."""
+        if self._incarnation is None:
+            self._incarnation = state.incarnation
+        return state.incarnation == self._incarnation
+
+    def _follow_tasks(self, infos: list[TaskInfo]) -> None:
+        """Adds the tasks listed and wanted; forgets those no longer listed."""
         listed = set()
-        for info in infos:
-            if not self._wanted(info):
-                continue
+        for info in filter(self._wanted, infos):
             listed.add(info.task_id)
             if info.task_id not in self.tasks:
                 self.tasks[info.task_id] = Task(
@@ -395,13 +437,6 @@ class ReadCore:
         for task_id in list(self.tasks):
             if task_id not in listed:  # its worker is gone: skip what it owed us
                 self.plan.forget(self.tasks.pop(task_id))
-        # Nothing of a task dropped is taken any more (its replies answer
-        # forgotten requests): the next heartbeat says so, acks included.
-        self._task_epoch = state.task_epoch
-        self._release_held(state.request_id)
-        self.plan.on_state(self, state)
-        self._finished = state.finished
-        self.maybe_end()
 
     def endpoints(self) -> set[str]:
         """The worker endpoints some task is read from."""
@@ -457,7 +492,7 @@ class ReadCore:
         nbytes: int,
         task_id: int = 0,
         header: m.Elements | None = None,
-    ) -> None:
+    ) -> list[Instruction]:
         """Hands decoded elements to the trainer thread.
 
         Exactly once: the keys ``header`` says they (and, at the end, what the
@@ -470,12 +505,14 @@ class ReadCore:
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
         batch: Batch = (elements, nbytes if elements else 0, keys, widths, [])
-        if header is not None and keys and self._hold_until is not None:
-            self._held.append((task_id, header, batch))
-            return
-        self._hand_over(task_id, header, batch)
+        if header is not None and keys and self._hold.active:
+            self._hold.keep(task_id, (header, batch))
+            return []
+        return self._hand_over(task_id, header, batch)
 
-    def _hand_over(self, task_id: int, header: m.Elements | None, batch: Batch) -> None:
+    def _hand_over(
+        self, task_id: int, header: m.Elements | None, batch: Batch
+    ) -> list[Instruction]:
         """Acknowledges ``batch``'s keys as ``task_id``'s; hands it to the trainer.
 
         An end of sequence with dropped keys only is consumed as well.
@@ -487,64 +524,76 @@ class ReadCore:
             self._heartbeat_due = min(
                 self._heartbeat_due, self._last_heartbeat + self.pace.interval
             )
-        if elements or keys:
-            self.transport.to_trainer(batch)
+        return [Deliver(batch)] if elements or keys else []
 
-    def _release_held(self, request_id: int) -> None:
+    def _release_held(self, request_id: int) -> list[Instruction]:
         """The dispatcher answered a heartbeat sent after a silence: ends the hold.
 
         Replies of the tasks it still lists are delivered; those of tasks it
         dropped meanwhile are not (nor acknowledged): their keys may be handed
         out again already, since this reader was not waited for.
         """
-        if self._hold_until is None or request_id < self._hold_until:
-            return
-        held, self._held, self._hold_until = self._held, [], None
+        held = self._hold.release(request_id)
+        if held is None:
+            return []
+        out: list[Instruction] = []
         dropped = 0
-        for task_id, header, batch in held:
+        for task_id, (header, batch) in held:
             if task_id in self.tasks:
-                self._hand_over(task_id, header, batch)
+                out += self._hand_over(task_id, header, batch)
             else:
                 dropped += len(batch[0])
                 self.counters.received -= len(batch[0])
                 self.counters.received_bytes -= batch[1]
-        if dropped:
-            logger.info(
-                "dropped %d elements of lost tasks received after a silence", dropped
-            )
+        return [*out, Dropped(dropped)] if dropped else out
 
-    def deliver_dealt(self, elements: list[Any], anchors: list[int]) -> None:
+    def deliver_dealt(
+        self, elements: list[Any], anchors: list[int]
+    ) -> list[Instruction]:
         """Multi-rank reads: elements in order, with their splits' ``[ordinal, offset]``."""
         self.counters.received += len(elements)
-        self.transport.to_trainer((elements, 0, [], [], anchors))
+        return [Deliver((elements, 0, [], [], anchors))]
 
-    def report_if_finished(self, task: Task, now: float) -> None:
+    def report_if_finished(self, task: Task, now: float) -> list[Instruction]:
         """Reports a task ended once nothing more is owed by it."""
         if task.finished and not task.requests:
-            self.heartbeat(now)
-            self.maybe_end()
+            return self.heartbeat(now) + self.maybe_end()
+        return []
 
-    def maybe_end(self) -> None:
+    def maybe_end(self) -> list[Instruction]:
         """Ends once the iteration is over and nothing is owed to this reader.
 
         A LOCAL reader ends when every task it reads has ended: the tasks of
         other processes' workers, which it never reads, never finish for it.
         """
-        busy = any(t.outstanding for t in self.tasks.values()) or bool(self._held)
+        busy = any(t.outstanding for t in self.tasks.values()) or self._hold.holding
         local_done = self.options.target_workers == "LOCAL" and bool(self.tasks)
         over = self._finished or local_done
-        if over and not busy and not self.readable_tasks() and not self.done:
-            self.done = True
-            self.transport.to_trainer(END)
+        if over and not busy and not self.readable_tasks():
+            return self.end()
+        return []
 
-    def end(self) -> None:
+    def end(self) -> list[Instruction]:
         """Ends the read: everything it gets was delivered (once)."""
-        if not self.done:
-            self.done = True
-            self.transport.to_trainer(END)
+        if self.done:
+            return []
+        self.done = True
+        return [End()]
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException) -> list[Instruction]:
         """Ends the read with ``error`` (once)."""
-        if not self.done:
-            self.done = True
-            self.transport.to_trainer(Failure(error))
+        if self.done:
+            return []
+        self.done = True
+        return [Fail(error)]
+
+
+def _has_news(beat: m.ClientHeartbeat) -> bool:
+    """Whether ``beat`` reports something (a quiet one lets heartbeats grow rarer)."""
+    return bool(
+        beat.finished_tasks
+        or beat.acked
+        or beat.progress
+        or beat.starved
+        or beat.share_traces
+    )

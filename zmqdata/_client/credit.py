@@ -8,16 +8,19 @@ When that share is more than ``REQUEST_BYTES`` of elements (large arrays), a
 task gets requests of about ``REQUEST_BYTES`` each, ``PIPELINED_REQUESTS`` of
 them in flight, so the link never idles while the next request travels.
 Scarce credit goes to the task asked longest ago. A task its worker has not
-started yet (``NOT_FOUND``) is asked again with backoff.
+started yet (``NOT_FOUND``) is asked again with backoff. Its methods return
+what to send (``instructions``); the fetcher sends it.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
-from zmqdata._wire import frames
+from zmqdata._client.instructions import (
+    FromWorker,
+    Instruction,
+    ToWorker,
+    decode_elements,
+)
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
 
@@ -40,33 +43,6 @@ def default_credit(options: ReadOptions) -> int:
     """
     shared = options.job_name is not None and options.trainer_id is None
     return SHARED_MAX_OUTSTANDING if shared else DEFAULT_MAX_OUTSTANDING
-
-
-class _Reader(threading.local):
-    """How the reader on this thread maps segments (None: it did not ask for any)."""
-
-    segments: frames.Claim | None = None
-
-
-_READER = _Reader()
-
-
-def ask_for_shared_memory(segments: frames.Claim | None) -> None:
-    """Called on a reader's thread: it asks workers for shared memory, mapped so."""
-    _READER.segments = segments
-
-
-def decode_elements(header: m.Elements, parts: list[Any]) -> tuple[list[Any], int]:
-    """The elements of a data reply, and the bytes they hold once decoded.
-
-    Checked as ``frames.decode_messages`` does: within the codec's limits, and
-    exactly the frames and the ``count`` elements the header lists. Buffers in
-    shared memory are accepted only by a reader that asked for them (see
-    ``ask_for_shared_memory``).
-    """
-    return frames.decode_messages(
-        parts[1:], header.parts, header.count, segments=_READER.segments
-    )
 
 
 def _idle(core: ReadCore, tasks: list[Task], depth: int, now: float) -> list[Task]:
@@ -101,8 +77,9 @@ class CreditPlan:
         """First-come readers have no round."""
         return
 
-    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+    def on_state(self, core: ReadCore, state: m.IterationState) -> list[Instruction]:
         """Nothing to follow beyond the task list."""
+        return []
 
     def forget(self, task: Task) -> None:
         """Drops ``task``'s requests in flight, which will never be answered."""
@@ -111,16 +88,17 @@ class CreditPlan:
             self._requests.pop(request_id, None)
         task.requests.clear()
 
-    def request_more(self, core: ReadCore, now: float) -> None:
+    def request_more(self, core: ReadCore, now: float) -> list[Instruction]:
         """Asks the idle tasks (longest idle first) for their share of the credit."""
         readable = core.readable_tasks()
         chunk = self._pipelined_chunk(len(readable))
         idle = _idle(core, readable, 1 if chunk is None else PIPELINED_REQUESTS, now)
         free = self._free_credit()
         self._counters.starved = bool(idle) and free <= 0
+        out: list[Instruction] = []
         for task in idle:
             if free <= 0:
-                return
+                break
             n = max(1, free // len(idle))
             if chunk is not None:
                 n = min(n, chunk)
@@ -133,16 +111,23 @@ class CreditPlan:
                 trainer_id=self._trainer_id,
                 ticket=task.ticket,
             )
-            if not core.transport.to_worker(task.endpoint, request):
-                # No way to the worker (it is gone): ask again later, until the
-                # dispatcher drops its task.
-                task.retry_later(now)
-                continue
+            out.append(ToWorker(task.endpoint, request))
             task.requests[request_id] = n
             task.asked = request_id
             self._requests[request_id] = task
             self._in_flight += n
             free -= n
+        return out
+
+    def on_unsent(self, request: m.GetElements, now: float) -> None:
+        """No way to the worker (it is gone): ask again later.
+
+        Until the dispatcher drops its task.
+        """
+        task = self._requests.pop(request.request_id, None)
+        if task is not None:
+            self._in_flight -= task.requests.pop(request.request_id, 0)
+            task.retry_later(now)
 
     def _pipelined_chunk(self, tasks: int) -> int | None:
         """Elements per pipelined request, or None to ask for the whole share.
@@ -175,29 +160,28 @@ class CreditPlan:
         return []
 
     def on_elements(
-        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
-    ) -> None:
+        self, core: ReadCore, header: m.Elements, reply: FromWorker, now: float
+    ) -> list[Instruction]:
         """Delivers a reply's elements; a task at its end is reported once it owes nothing."""
         task = self._requests.pop(header.request_id, None)
         if task is None:
-            return  # the task was dropped meanwhile (with its requests)
+            return []  # the task was dropped meanwhile (with its requests)
         self._in_flight -= task.requests.pop(header.request_id, 0)
         task.backoff.reset()
-        core.deliver(*decode_elements(header, parts), task.task_id, header)
+        out = core.deliver(*decode_elements(header, reply), task.task_id, header)
         if header.end_of_sequence:
             task.finished = True
-        core.report_if_finished(task, now)
+        return out + core.report_if_finished(task, now)
 
-    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
         """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
         task = self._requests.pop(error.request_id, None)
         if task is None:
-            return  # answers a request dropped with its task (a worker that left)
+            return []  # answers a request dropped with its task (a worker that left)
         if error.code != "NOT_FOUND":
-            core.fail(from_code(error.code, error.message))
-            return
+            return core.fail(from_code(error.code, error.message))
         self._in_flight -= task.requests.pop(error.request_id, 0)
         if task.finished:
-            core.report_if_finished(task, now)
-            return
+            return core.report_if_finished(task, now)
         task.retry_later(now)
+        return []

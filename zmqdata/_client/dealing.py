@@ -15,7 +15,8 @@ An element goes to the trainer once its whole round is known to exist: the
 last round of an epoch, if incomplete, goes to nobody, so every consumer
 gets ``E // R`` elements of an epoch of ``E``. When a worker is lost its
 splits move to other tasks and are made again, the same elements in the same
-order: the plan asks the new holder for what it still lacks.
+order: the plan asks the new holder for what it still lacks. Its methods
+return what to send and deliver (``instructions``).
 
 >>> from zmqdata._client.core import ReadOptions
 >>> plan = DealPlan(ReadOptions("s", "1", 1, "j", None, None, "AUTO", 1, 2))
@@ -32,7 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zmqdata._client.core import ReadCore, ReadOptions, Task
-from zmqdata._client.credit import decode_elements
+from zmqdata._client.instructions import (
+    FromWorker,
+    Instruction,
+    ToWorker,
+    decode_elements,
+)
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
@@ -169,7 +175,7 @@ class DealPlan:
             return [self._index, min(q, self.epoch.total), 0]
         return [self._index, *at]
 
-    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+    def on_state(self, core: ReadCore, state: m.IterationState) -> list[Instruction]:
         """Follows the epoch's split holders (the first state sets the epoch)."""
         info = state.deal
         try:
@@ -182,15 +188,16 @@ class DealPlan:
                 self.epoch.offsets = [stream[0]]
                 self._started = True
         except (KeyError, TypeError, ValueError, IndexError):
-            core.fail(InvalidArgumentError(f"malformed deal state {info!r:.200}"))
-            return
+            return core.fail(
+                InvalidArgumentError(f"malformed deal state {info!r:.200}")
+            )
         self.epoch.owners = dict(zip(owners[::2], owners[1::2], strict=False))
         self._note_holders()
         for request_id, request in list(self._requests.items()):
             if request.task_id not in core.tasks:  # lost: its splits move
                 self._take_back(request_id)
         self._news = True
-        self._deliver(core)
+        return self._deliver(core)
 
     def _note_holders(self) -> None:
         """Splits that moved to another task (made again) get a ``have`` notice."""
@@ -204,11 +211,12 @@ class DealPlan:
             for ordinal in [q for q in self._holders if q < lowest]:
                 del self._holders[ordinal]
 
-    def _tell_moved(self, core: ReadCore) -> None:
+    def _tell_moved(self, core: ReadCore) -> list[Instruction]:
         """Tells each new holder of a split made again what this consumer has of it.
 
         So that it does not keep those elements, which nobody will ask for.
         """
+        out: list[Instruction] = []
         for ordinal, task_id in list(self._moved.items()):
             task = core.tasks.get(task_id)
             if task is None:
@@ -226,8 +234,9 @@ class DealPlan:
                 split=ordinal,
                 have=have,
             )
-            if core.transport.to_worker(task.endpoint, request):
-                self._requests[request.request_id] = _Request(task_id, ordinal, {})
+            self._requests[request.request_id] = _Request(task_id, ordinal, {})
+            out.append(ToWorker(task.endpoint, request))
+        return out
 
     def _received_in(self, ordinal: int) -> list[int]:
         """The indices of split ``ordinal`` this consumer has received."""
@@ -264,7 +273,7 @@ class DealPlan:
 
     # ------------------------------------------------------------ workers
 
-    def request_more(self, core: ReadCore, now: float) -> None:
+    def request_more(self, core: ReadCore, now: float) -> list[Instruction]:
         """Asks each split's holder for this consumer's elements of it, a window ahead.
 
         The window counts what the trainer has not consumed yet, so a slow
@@ -273,9 +282,8 @@ class DealPlan:
         reply, a new state) or a retry time.
         """
         if not self._started or core.done:
-            return
-        if self._moved:
-            self._tell_moved(core)
+            return []
+        out = self._tell_moved(core) if self._moved else []
         counters = core.counters
         buffered = counters.received - counters.consumed
         limit = self._next_deliver + self._window_now() - buffered
@@ -291,10 +299,35 @@ class DealPlan:
             self._retry, self._news = [], False
             self._retry_at = float("inf")
         if wanted:
-            self._ask(core, wanted, now)
+            out += self._ask(core, wanted, now)
+        return out
 
-    def _ask(self, core: ReadCore, wanted: list[int], now: float) -> None:
+    def _ask(self, core: ReadCore, wanted: list[int], now: float) -> list[Instruction]:
         """Sends what can be asked for of ``wanted`` (k's); the rest waits."""
+        in_flight: dict[int, int] = {}
+        for request in self._requests.values():
+            in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
+        out: list[Instruction] = []
+        unowned = False
+        for ordinal, indices in sorted(self._by_split(wanted).items()):
+            task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
+            if task is None or not self._may_ask(core, task, in_flight, now):
+                unowned = unowned or task is None
+                self._retry += [self._mine(d) for d in indices.values()]
+                self._retry_at = min(self._retry_at, now + RETRY_S)
+                continue
+            out.append(self._send(core, task, ordinal, indices))
+            in_flight[task.task_id] = in_flight.get(task.task_id, 0) + 1
+        if unowned and now >= self._state_due:  # a split handed out lately
+            self._state_due = now + RETRY_S
+            out += core.heartbeat(now)
+        return out
+
+    def _by_split(self, wanted: list[int]) -> dict[int, dict[int, int]]:
+        """``wanted`` (k's not arrived) by split: ordinal -> index in it -> dealt index.
+
+        Those whose split is not known yet are put on the retry list.
+        """
         by_split: dict[int, dict[int, int]] = {}
         span: tuple[int, int, int] | None = None  # the last split found: q, lo, hi
         for k in wanted:
@@ -303,30 +336,17 @@ class DealPlan:
             dealt = self._dealt(k)
             token = self.epoch.stream.token_at(dealt)
             if span is None or not span[1] <= token < span[2]:
-                at = self.epoch.locate(token)
-                if at is None:
+                span = self._span_of(token)
+                if span is None:
                     self._retry.append(k)
-                    span = None
                     continue
-                span = self.epoch.span(at[0])
             by_split.setdefault(span[0], {})[token - span[1]] = dealt
-        in_flight: dict[int, int] = {}
-        for request in self._requests.values():
-            in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
-        unowned = False
-        for ordinal in sorted(by_split):
-            indices = by_split[ordinal]
-            task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
-            if task is None or not self._may_ask(core, task, in_flight, now):
-                unowned = unowned or task is None
-                self._retry += [self._mine(d) for d in indices.values()]
-                self._retry_at = min(self._retry_at, now + RETRY_S)
-                continue
-            self._send(core, task, ordinal, indices)
-            in_flight[task.task_id] = in_flight.get(task.task_id, 0) + 1
-        if unowned and now >= self._state_due:  # a split handed out lately
-            self._state_due = now + RETRY_S
-            core.heartbeat(now)
+        return by_split
+
+    def _span_of(self, token: int) -> tuple[int, int, int] | None:
+        """``(ordinal, first token, end)`` of ``token``'s split; None while not known."""
+        at = self.epoch.locate(token)
+        return None if at is None else self.epoch.span(at[0])
 
     @staticmethod
     def _may_ask(
@@ -346,7 +366,7 @@ class DealPlan:
 
     def _send(
         self, core: ReadCore, task: Task, ordinal: int, indices: dict[int, int]
-    ) -> None:
+    ) -> ToWorker:
         request_id = next(self._ids)
         ordered = sorted(indices)
         request = m.GetElements(
@@ -358,22 +378,26 @@ class DealPlan:
             split=ordinal,
             indices=ordered,
         )
-        if not core.transport.to_worker(task.endpoint, request):
-            self._ask_again(indices.values())
-            return
         self._requests[request_id] = _Request(task.task_id, ordinal, indices)
+        return ToWorker(task.endpoint, request)
+
+    def on_unsent(self, request: m.GetElements, now: float) -> None:
+        """A request that could not be queued: its elements are asked for again."""
+        taken = self._requests.pop(request.request_id, None)
+        if taken is not None and taken.wanted:  # a ``have`` notice is not resent
+            self._ask_again(taken.wanted.values())
 
     def on_elements(
-        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
-    ) -> None:
+        self, core: ReadCore, header: m.Elements, reply: FromWorker, now: float
+    ) -> list[Instruction]:
         """Takes what a split's holder sent, and what it says of its splits."""
         request = self._requests.pop(header.request_id, None)
         if request is None:
-            return  # a request taken back (its task was lost)
+            return []  # a request taken back (its task was lost)
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.backoff.reset()
-        elements, nbytes = decode_elements(header, parts)
+        elements, nbytes = decode_elements(header, reply)
         if elements:
             self._sizes = [*self._sizes[-63:], max(1, nbytes // len(elements))]
         epoch = self.epoch
@@ -391,24 +415,24 @@ class DealPlan:
             if dealt is not None:
                 self._arrived[self._mine(dealt)] = (element, request.ordinal, offset)
         self._ask_again(request.wanted.values())
-        self._deliver(core)
+        return self._deliver(core)
 
-    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
         """``NOT_FOUND``: the holder has not started the task (or the split moved)."""
         request = self._requests.pop(error.request_id, None)
         if request is None:
-            return
+            return []
         if error.code != "NOT_FOUND":
-            core.fail(from_code(error.code, error.message))
-            return
+            return core.fail(from_code(error.code, error.message))
         self._ask_again(request.wanted.values())
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.retry_later(now)
+        return []
 
     # ------------------------------------------------------------ the trainer
 
-    def _deliver(self, core: ReadCore) -> None:
+    def _deliver(self, core: ReadCore) -> list[Instruction]:
         """Hands out, in order, the elements whose round is complete; ends at the end."""
         total = self._total_mine()
         known = self.epoch.stream.index_of(self.epoch.known_tokens())
@@ -424,10 +448,10 @@ class DealPlan:
             run.append(element)
             anchors += [ordinal, offset]
             self._next_deliver += 1
-        if run:
-            core.deliver_dealt(run, anchors)
+        out = core.deliver_dealt(run, anchors) if run else []
         if total is not None and self._next_deliver >= total:
-            core.end()
+            out += core.end()
+        return out
 
     def _total_mine(self) -> int | None:
         """How many elements this consumer gets this epoch, once known."""

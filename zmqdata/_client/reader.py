@@ -3,9 +3,11 @@
 The fetcher owns every client socket: a DEALER to the dispatcher (heartbeats
 that carry task lists and end-of-input) and one DEALER per worker data
 endpoint, each with a monitor of its connection (``links.Links``). It feeds
-what arrives to a ``core.ReadCore``, which decides what to ask for (first come
-with ``credit.CreditPlan``, coordinated rounds with ``rounds.RoundPlan``), and
-hands decoded batches to the trainer through a queue. Replies on one
+what arrives to a ``core.ReadCore`` as events (``instructions``), which decides
+what to ask for (first come with ``credit.CreditPlan``, coordinated rounds with
+``rounds.RoundPlan``, dealt turns with ``dealing.DealPlan``), and carries out
+the instructions it returns: sends, and decoded batches handed to the trainer
+through a queue. Replies on one
 connection keep their order, so one worker's order is kept. Each peer is
 spoken the protocol version it speaks (``versions.PeerVersion``).
 """
@@ -35,8 +37,26 @@ from zmqdata._client.core import (
     ReadOptions,
     Timeouts,
 )
-from zmqdata._client.credit import CreditPlan, ask_for_shared_memory
+from zmqdata._client.credit import CreditPlan
 from zmqdata._client.dealing import DealPlan
+from zmqdata._client.instructions import (
+    Broken,
+    Closing,
+    Deliver,
+    Drained,
+    Dropped,
+    End,
+    Event,
+    Fail,
+    FromDispatcher,
+    FromWorker,
+    Instruction,
+    LinksLost,
+    Started,
+    ToDispatcher,
+    ToWorker,
+    Unsent,
+)
 from zmqdata._client.links import Links
 from zmqdata._client.position import (
     DealtProgress,
@@ -102,8 +122,9 @@ class Fetcher(PollLoop):
 
     One DEALER to the dispatcher and one per worker data endpoint, each with a
     monitor (``Links``) that says whether it is connected. Socket events and
-    ticks become calls on the pure ``ReadCore`` (credit, retries, timeouts,
-    end of input); decoded batches go to the trainer through a queue.
+    ticks become events for the pure ``ReadCore`` (credit, retries, timeouts,
+    end of input), whose instructions it carries out: requests to workers,
+    heartbeats, decoded batches to the trainer through a queue.
     """
 
     def __init__(
@@ -135,7 +156,6 @@ class Fetcher(PollLoop):
             state.client_id,
             counters,
             plan_for(options, counters, state),
-            self,
             self._links,
             clock.now(),
         )
@@ -146,6 +166,8 @@ class Fetcher(PollLoop):
         if self._probe:
             shm.sweep()
         self._claims = Claims()
+        self._segments = self._claims.claim if self._probe else None
+        """How replies' shared memory is mapped (None: none is asked for)."""
         self.waker = Waker()
         self.tracer = Tracer()
         """The read's spans (``traces.share_traces``): the trainer's waits and steps."""
@@ -155,9 +177,32 @@ class Fetcher(PollLoop):
         if state.deal:  # elements may wait on a split's holder: learn it soon
             self.tick_s = min(self.tick_s, dealing.RETRY_S)
 
-    # ------------------------------------------------------------ transport
+    # ------------------------------------------------------------ instructions
 
-    def to_worker(self, endpoint: str, request: m.GetElements) -> bool:
+    def _handle(self, event: Event, now: float) -> None:
+        """Feeds ``event`` to the core; carries out what it answers."""
+        self._carry_out(self._core.handle(event, now))
+
+    def _carry_out(self, instructions: list[Instruction]) -> None:
+        """Carries out the core's instructions, in order.
+
+        A request that could not be queued goes back to the core (``Unsent``).
+        """
+        for instruction in instructions:
+            if isinstance(instruction, ToWorker):
+                if not self._to_worker(instruction.endpoint, instruction.request):
+                    self._handle(Unsent(instruction.request), clock.now())
+            elif isinstance(instruction, ToDispatcher):
+                self.to_dispatcher(instruction.message)
+            elif isinstance(instruction, Dropped):
+                logger.info(
+                    "dropped %d elements of lost tasks received after a silence",
+                    instruction.elements,
+                )
+            else:
+                self._out.put(_for_trainer(instruction))
+
+    def _to_worker(self, endpoint: str, request: m.GetElements) -> bool:
         """Sends ``request`` without blocking; False when it could not be queued."""
         if self._probe and not endpoint.startswith("inproc://"):
             request = dataclasses.replace(
@@ -190,20 +235,15 @@ class Fetcher(PollLoop):
             version = self._versions[endpoint] = PeerVersion()
         return version
 
-    def to_trainer(self, item: Any) -> None:
-        """Puts ``item`` on the trainer's queue."""
-        self._out.put(item)
-
     # ------------------------------------------------------------ loop hooks
 
     def setup(self) -> None:
-        ask_for_shared_memory(self._claims.claim if self._probe else None)
         self._dispatcher = self.socket(zmq.DEALER)
         self._connect(self._dispatcher, self._service)
         self.watch(self.waker.fileno())
-        self._core.apply_state(self._initial)
+        self._handle(Started(self._initial), clock.now())
         self._close_unused_sockets()
-        self._core.request_more(clock.now())
+        self._handle(Drained(), clock.now())
 
     def on_readable(self, sock: Any) -> None:
         now = clock.now()
@@ -213,33 +253,29 @@ class Fetcher(PollLoop):
             try:
                 lost = self._links.read(sock, now)
             except PermissionDeniedError as error:
-                self._core.fail(error)
+                self._handle(Broken(error), now)
                 return
-            self._core.on_links_lost(lost, now)
+            self._handle(LinksLost(lost), now)
         elif sock is self._dispatcher:
             self._drain(sock, self._service, self._on_dispatcher)
             self._close_unused_sockets()
         else:
             self._claims.endpoint = self._endpoint_of(sock)
-            self._drain(sock, self._claims.endpoint, self._core.on_worker)
-        self._core.request_more(clock.now())
+            self._drain(sock, self._claims.endpoint, self._on_worker)
+        self._handle(Drained(), clock.now())
 
     def on_tick(self, now: float) -> None:
         if self.tracer.due():
             self._report_trace()
-        self._core.tick(now)
+        self._carry_out(self._core.tick(now))
         self._claims.trim(now)
 
     def teardown(self) -> None:
         self._dispatcher.setsockopt(zmq.LINGER, 100)  # let the release go out
         self._report_trace()  # a read ending in a window: what it recorded
-        core = self._core
-        release = m.ReleaseIterationClient(
-            client_id=core.client_id,
-            acked=core.acks.report(core.next_request_id()),
-            deal=core.plan.deal_position(),
-        )
-        self.to_dispatcher(release)
+        for release in self._core.handle(Closing(), clock.now()):
+            if isinstance(release, ToDispatcher):  # nothing goes to the trainer now
+                self.to_dispatcher(release.message)
         self.waker.close()
         self._links.close()
         self._claims.close()
@@ -289,7 +325,10 @@ class Fetcher(PollLoop):
             return
         if isinstance(message, m.IterationState):
             self.tracer.replied(message.request_id, message.trace)
-        self._core.on_dispatcher(message, now)
+        self._handle(FromDispatcher(message), now)
+
+    def _on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
+        self._handle(FromWorker(header, parts, self._segments), now)
 
     def _report_trace(self) -> None:
         """Sends the spans of the trace window (closing it)."""
@@ -322,7 +361,7 @@ class Fetcher(PollLoop):
                     with contextlib.suppress(zmq.Again):
                         self._send(endpoint, refused)
             except ZmqDataError as error:
-                self._core.fail(error)
+                self._handle(Broken(error), now)
 
 
 class DistributedIterator(DatasetIterator):
@@ -410,35 +449,8 @@ class DistributedIterator(DatasetIterator):
         return element
 
     def _next(self) -> Any:
-        while not self._local:
-            if self._closed:
-                raise StopIteration
-            waiting = time.monotonic()  # demand the workers do not meet (autoscaling)
-            try:
-                item = self._queue.get(timeout=_QUEUE_POLL_S)
-            except queue.Empty:
-                item = None
-            self._counters.waited_s += time.monotonic() - waiting
-            if item is None:
-                if not self._fetcher.running:
-                    self.close()
-                    raise UnavailableError(
-                        "the reader thread ended unexpectedly"
-                    ) from None
-                continue
-            if item is END:
-                self.close()
-                raise StopIteration
-            if isinstance(item, Failure):
-                self.close()
-                raise item.error
-            elements, nbytes, keys, widths, anchors = item
-            self._local.extend(elements)
-            self._local_bytes = nbytes
-            if keys:
-                self._position.took(keys, widths)
-            if self._dealt is not None:
-                self._dealt.took(anchors)
+        if not self._local:  # per batch, not per element
+            self._refill()
         element = self._local.popleft()
         if self._dealt is not None:
             self._dealt.consumed_one()
@@ -450,6 +462,47 @@ class DistributedIterator(DatasetIterator):
             self._counters.starved = False
             self._fetcher.waker.wake(0)
         return element
+
+    def _refill(self) -> None:
+        """Waits for the next batch; raises at the read's end or failure."""
+        while not self._local:
+            if self._closed:
+                raise StopIteration
+            item = self._wait_for_item()
+            if item is not None:
+                self._take(item)
+
+    def _wait_for_item(self) -> Any:
+        """The next item of the queue, or None after a poll interval without one.
+
+        The time waited counts as demand the workers do not meet (autoscaling).
+        """
+        waiting = time.monotonic()
+        try:
+            item = self._queue.get(timeout=_QUEUE_POLL_S)
+        except queue.Empty:
+            item = None
+        self._counters.waited_s += time.monotonic() - waiting
+        if item is None and not self._fetcher.running:
+            self.close()
+            raise UnavailableError("the reader thread ended unexpectedly") from None
+        return item
+
+    def _take(self, item: Any) -> None:
+        """Buffers a batch of the queue; ends or fails the read on ``END``, a ``Failure``."""
+        if item is END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, Failure):
+            self.close()
+            raise item.error
+        elements, nbytes, keys, widths, anchors = item
+        self._local.extend(elements)
+        self._local_bytes = nbytes
+        if keys:
+            self._position.took(keys, widths)
+        if self._dealt is not None:
+            self._dealt.took(anchors)
 
     def get_state(self) -> dict[str, Any]:
         """The read's position: the source keys consumed (small: no element).
@@ -501,6 +554,15 @@ class DistributedIterator(DatasetIterator):
         # closed every open reader while it could still run.
         if not getattr(self, "_closed", True) and not sys.is_finalizing():
             self.close()
+
+
+def _for_trainer(instruction: Deliver | End | Fail) -> Any:
+    """What goes on the trainer's queue for ``instruction``."""
+    if isinstance(instruction, Deliver):
+        return instruction.batch
+    if isinstance(instruction, End):
+        return END
+    return Failure(instruction.error)
 
 
 _open_iterators: weakref.WeakSet[DistributedIterator] = weakref.WeakSet()

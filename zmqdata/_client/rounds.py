@@ -12,7 +12,8 @@ a consumer requests rounds below the horizon only, and asks for a further
 horizon (a heartbeat with its current round) well before it gets there. A
 worker that joins enters the schedule at the horizon; rounds owed by a task
 whose worker died are skipped by every consumer alike. A round its worker has not started yet
-(``NOT_FOUND``) is asked again after ``NOT_FOUND_RETRY_S``.
+(``NOT_FOUND``) is asked again after ``NOT_FOUND_RETRY_S``. Its methods return
+what to send and deliver (``instructions``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ import itertools
 from typing import Any
 
 from zmqdata._client.core import ReadCore, ReadOptions, Task
-from zmqdata._client.credit import decode_elements
+from zmqdata._client.instructions import (
+    FromWorker,
+    Instruction,
+    ToWorker,
+    decode_elements,
+)
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
 
@@ -65,7 +71,7 @@ class RoundPlan:
     def forget(self, task: Task) -> None:
         """Rounds of a task that is gone are skipped in ``on_state``."""
 
-    def on_state(self, core: ReadCore, state: m.IterationState) -> None:
+    def on_state(self, core: ReadCore, state: m.IterationState) -> list[Instruction]:
         """Follows the schedule and its horizon; skips the rounds of tasks gone."""
         self._schedule = [(start, list(task_ids)) for start, task_ids in state.rounds]
         self._horizon = max(self._horizon, state.horizon)
@@ -74,7 +80,7 @@ class RoundPlan:
             if task_id not in core.tasks:  # its worker is gone: nobody gets these
                 del self._batches[batch_id]
                 self._arrived.update(dict.fromkeys(rounds, _SKIPPED))
-        self._deliver_in_order(core)
+        return self._deliver_in_order(core)
 
     def _task_for(self, round_: int) -> int | None:
         epoch = None
@@ -89,7 +95,7 @@ class RoundPlan:
 
     # ------------------------------------------------------------ workers
 
-    def request_more(self, core: ReadCore, now: float) -> None:
+    def request_more(self, core: ReadCore, now: float) -> list[Instruction]:
         """Asks for the rounds due again and the window ahead, below the horizon."""
         wanted = self._due_again(now)
         counters = core.counters
@@ -98,12 +104,13 @@ class RoundPlan:
         while self._next_request < limit and self._task_for(self._next_request):
             wanted.append(self._next_request)
             self._next_request += 1
-        self._ask(core, wanted, now)
+        out = self._ask(core, wanted)
         counters.starved = self._next_request < self._horizon and (
             self._next_request >= limit
         )
         if self._horizon - self._next_request <= 2 * self._window:
-            self._ask_for_horizon(core, now)
+            out += self._ask_for_horizon(core, now)
+        return out
 
     def _due_again(self, now: float) -> list[int]:
         """The rounds to ask for again now (takes them off the retry list)."""
@@ -111,8 +118,9 @@ class RoundPlan:
         self._retry = [(when, rounds) for when, rounds in self._retry if when > now]
         return [r for rounds in due for r in rounds]
 
-    def _ask(self, core: ReadCore, rounds: list[int], now: float) -> None:
+    def _ask(self, core: ReadCore, rounds: list[int]) -> list[Instruction]:
         """Asks each round's task for its rounds, in chunks pipelined to the worker."""
+        out: list[Instruction] = []
         by_task: dict[int, list[int]] = {}
         for round_ in rounds:
             by_task.setdefault(self._task_for(round_) or 0, []).append(round_)
@@ -122,10 +130,10 @@ class RoundPlan:
                 self._arrived.update(dict.fromkeys(task_rounds, _SKIPPED))
                 continue
             for i in range(0, len(task_rounds), self._chunk):
-                self._send(core, task, task_rounds[i : i + self._chunk], now)
-        self._deliver_in_order(core)
+                out.append(self._send(core, task, task_rounds[i : i + self._chunk]))
+        return out + self._deliver_in_order(core)
 
-    def _send(self, core: ReadCore, task: Task, rounds: list[int], now: float) -> None:
+    def _send(self, core: ReadCore, task: Task, rounds: list[int]) -> ToWorker:
         batch_id = next(self._batch_ids)
         request = m.GetElements(
             request_id=batch_id,
@@ -136,40 +144,45 @@ class RoundPlan:
             consumer_index=self._consumer_index,
             ticket=task.ticket,
         )
-        if not core.transport.to_worker(task.endpoint, request):
-            self._retry.append((now + UNSENT_RETRY_S, rounds))
-            return
         self._batches[batch_id] = (task.task_id, rounds)
+        return ToWorker(task.endpoint, request)
 
-    def _ask_for_horizon(self, core: ReadCore, now: float) -> None:
-        if not self._asking_horizon:
-            self._asking_horizon = True
-            core.heartbeat(now)
+    def on_unsent(self, request: m.GetElements, now: float) -> None:
+        """A request that could not be queued (the worker is gone) is retried later."""
+        batch = self._batches.pop(request.request_id, None)
+        if batch is not None:
+            self._retry.append((now + UNSENT_RETRY_S, batch[1]))
+
+    def _ask_for_horizon(self, core: ReadCore, now: float) -> list[Instruction]:
+        if self._asking_horizon:
+            return []
+        self._asking_horizon = True
+        return core.heartbeat(now)
 
     def on_elements(
-        self, core: ReadCore, header: m.Elements, parts: list[Any], now: float
-    ) -> None:
+        self, core: ReadCore, header: m.Elements, reply: FromWorker, now: float
+    ) -> list[Instruction]:
         """Takes a batch of rounds; hands out those next in order."""
-        if header.request_id in self._batches:
-            del self._batches[header.request_id]
-            elements, _ = decode_elements(header, parts)
-            self._arrived.update(zip(header.rounds, elements, strict=True))
-            self._deliver_in_order(core)
+        if header.request_id not in self._batches:
+            return []
+        del self._batches[header.request_id]
+        elements, _ = decode_elements(header, reply)
+        self._arrived.update(zip(header.rounds, elements, strict=True))
+        return self._deliver_in_order(core)
 
-    def on_error(self, core: ReadCore, error: m.Error, now: float) -> None:
+    def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
         """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
         batch = self._batches.pop(error.request_id, None)
         if batch is not None and error.code == "NOT_FOUND":
             self._retry.append((now + NOT_FOUND_RETRY_S, batch[1]))
-            return
-        core.fail(from_code(error.code, error.message))
+            return []
+        return core.fail(from_code(error.code, error.message))
 
-    def _deliver_in_order(self, core: ReadCore) -> None:
+    def _deliver_in_order(self, core: ReadCore) -> list[Instruction]:
         run = []
         while self._next_deliver in self._arrived:
             element = self._arrived.pop(self._next_deliver)
             self._next_deliver += 1
             if element is not _SKIPPED:
                 run.append(element)
-        if run:
-            core.deliver(run, 0)
+        return core.deliver(run, 0) if run else []

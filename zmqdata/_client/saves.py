@@ -70,6 +70,19 @@ def distributed_save(
     goes). ``service=None``: ``ZMQDATA_DISPATCHER``.
     """
     target = dispatcher_target(service)
+    _check(dataset, path, compression, wait)
+    dataset_id = register_dataset(target, dataset, compression=None)
+    request = m.StartSave(
+        dataset_id=dataset_id, path=path, compression=codec(compression, path)
+    )
+    timeout_s = settings.current().dispatcher_timeout_s
+    save_id = rpc.call(target, request, m.StartSaveReply, timeout_s).save_id
+    if wait:
+        _wait_for(target, save_id, path)
+
+
+def _check(dataset: Any, path: Any, compression: Any, wait: Any) -> None:
+    """Raises ``TypeError`` or ``ValueError`` for an argument of the wrong kind."""
     if not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a zmqdata Dataset, got {dataset!r}")
     if not isinstance(path, str) or not path:
@@ -80,13 +93,11 @@ def distributed_save(
         )
     if not isinstance(wait, bool):
         raise TypeError(f"wait must be a bool, got {wait!r}")
-    dataset_id = register_dataset(target, dataset, compression=None)
-    request = m.StartSave(
-        dataset_id=dataset_id, path=path, compression=codec(compression, path)
-    )
-    timeout_s = settings.current().dispatcher_timeout_s
-    save_id = rpc.call(target, request, m.StartSaveReply, timeout_s).save_id
-    while wait:
+
+
+def _wait_for(target: str, save_id: str, path: str) -> None:
+    """Returns once save ``save_id`` finished; raises if it failed or was forgotten."""
+    while True:
         found = [s for s in get_status(target)["saves"] if s["save_id"] == save_id]
         if not found:
             raise FailedPreconditionError(
