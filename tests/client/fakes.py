@@ -10,16 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from zmqdata._client import instructions as i
-from zmqdata._client.core import (
-    END,
-    Counters,
-    Failure,
-    Plan,
-    ReadCore,
-    ReadOptions,
-    Timeouts,
-)
+from zmqdata._client.core import END, Counters, Failure, Plan, ReadCore
 from zmqdata._client.credit import CreditPlan
+from zmqdata._client.options import ReadOptions, Timeouts
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._client import rpc, settings
-from zmqdata._client.core import ReadOptions
+from zmqdata._client.options import ReadOptions
 from zmqdata._client.reader import DistributedIterator, open_job
 from zmqdata._config import REQUEST_OVERHEAD_BYTES, check_pipeline_size
 from zmqdata._dataset import graph
@@ -27,7 +27,7 @@ from zmqdata._dataset.specs import decode_spec, encode_spec
 from zmqdata._runtime.process import LOCAL_WORKERS
 from zmqdata._wire import messages as m
 from zmqdata._wire.address import dispatcher_target
-from zmqdata._wire.modes import ShardingPolicy
+from zmqdata._wire.modes import EXACTLY_ONCE, ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 _MODES = {
@@ -275,7 +275,7 @@ def from_dataset_id(
     data_transfer_protocol: str | None = None,
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
-    exactly_once: bool = True,
+    exactly_once: bool = EXACTLY_ONCE,
     seed: int | None = None,
 ) -> Dataset:
     """A dataset reading the registered dataset ``dataset_id`` from the service.
@@ -319,7 +319,7 @@ def distribute(
     compression: str | None = "AUTO",
     cross_trainer_cache: CrossTrainerCache | None = None,
     target_workers: str = "AUTO",
-    exactly_once: bool = True,
+    exactly_once: bool = EXACTLY_ONCE,
     seed: int | None = None,
 ) -> Callable[[Dataset], Dataset]:
     """A transformation that runs the dataset so far on the service's workers.

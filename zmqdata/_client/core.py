@@ -40,6 +40,7 @@ from zmqdata._client.instructions import (
     ToDispatcher,
     Unsent,
 )
+from zmqdata._client.options import ReadOptions, Timeouts
 from zmqdata._client.traces import sharing
 from zmqdata._config import MIN_FENCE_TIMEOUT_MS
 from zmqdata._runtime.clock import Backoff
@@ -82,33 +83,6 @@ def quiet_ceiling_s(fence_timeout_ms: int) -> float:
     (4.0, 1.6)
     """
     return QUIET_SHARE * max(MIN_FENCE_TIMEOUT_MS, fence_timeout_ms) / 1000
-
-
-@dataclass(frozen=True, slots=True)
-class ReadOptions:
-    """What a consumer asked for in ``distribute`` / ``from_dataset_id``."""
-
-    service: str
-    dataset_id: str
-    processing_mode: int
-    job_name: str | None
-    max_outstanding_requests: int | None
-    data_transfer_protocol: str | None
-    target_workers: str
-    consumer_index: int | None = None
-    num_consumers: int | None = None
-    trainer_id: str | None = None
-    exactly_once: bool = True
-    seed: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """The reader's timings (from ``ClientSettings``)."""
-
-    heartbeat_s: float
-    dispatcher_timeout_s: float
-    worker_timeout_s: float
 
 
 @dataclass

@@ -14,13 +14,14 @@ what to send (``instructions``); the fetcher sends it.
 
 from __future__ import annotations
 
-from zmqdata._client.core import Counters, ReadCore, ReadOptions, Task
+from zmqdata._client.core import Counters, ReadCore, Task
 from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
     decode_elements,
 )
+from zmqdata._client.options import ReadOptions
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
 

@@ -18,7 +18,7 @@ splits move to other tasks and are made again, the same elements in the same
 order: the plan asks the new holder for what it still lacks. Its methods
 return what to send and deliver (``instructions``).
 
->>> from zmqdata._client.core import ReadOptions
+>>> from zmqdata._client.options import ReadOptions
 >>> plan = DealPlan(ReadOptions("s", "1", 1, "j", None, None, "AUTO", 1, 2))
 >>> plan.deal_position()  # nothing known before the first IterationState
 []
@@ -32,13 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmqdata._client.core import ReadCore, ReadOptions, Task
+from zmqdata._client.core import ReadCore, Task
 from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
     decode_elements,
 )
+from zmqdata._client.options import ReadOptions
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from zmqdata._client.core import ReadOptions
+from zmqdata._client.options import ReadOptions
 from zmqdata._dataset import saved
 from zmqdata._wire import deal
 from zmqdata._wire.lineage import Coverage, Ranges

@@ -28,15 +28,7 @@ from typing import Any
 import zmq
 
 from zmqdata._client import dealing, rpc
-from zmqdata._client.core import (
-    END,
-    Counters,
-    Failure,
-    Plan,
-    ReadCore,
-    ReadOptions,
-    Timeouts,
-)
+from zmqdata._client.core import END, Counters, Failure, Plan, ReadCore
 from zmqdata._client.credit import CreditPlan
 from zmqdata._client.dealing import DealPlan
 from zmqdata._client.instructions import (
@@ -58,6 +50,7 @@ from zmqdata._client.instructions import (
     Unsent,
 )
 from zmqdata._client.links import Links
+from zmqdata._client.options import ReadOptions, Timeouts
 from zmqdata._client.position import (
     DealtProgress,
     Position,

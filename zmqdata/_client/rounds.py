@@ -21,13 +21,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from zmqdata._client.core import ReadCore, ReadOptions, Task
+from zmqdata._client.core import ReadCore, Task
 from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
     decode_elements,
 )
+from zmqdata._client.options import ReadOptions
 from zmqdata._wire import messages as m
 from zmqdata.errors import from_code
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from zmqdata._wire.messages_base import Message
+from zmqdata._wire.modes import EXACTLY_ONCE
 
 
 @dataclass(slots=True, kw_only=True)
@@ -66,7 +67,7 @@ class GetOrCreateJob(Message):
     num_consumers: int | None = None
     target_workers: str = "AUTO"
     cross_trainer_cache: bool = False
-    exactly_once: bool = True
+    exactly_once: bool = EXACTLY_ONCE
     """DYNAMIC: track every element, so a lost worker's undelivered elements
     are handed out again (docs/reliability.md)."""
     seed: int | None = None

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import enum
 
+EXACTLY_ONCE = True
+"""Whether a ``distributed_epoch`` read is exactly once unless told otherwise:
+the one default of ``distribute(exactly_once=...)``, of the read's options and
+of the job request. (Records and task maps without the field are older than
+exactly-once reads and mean False.)"""
+
 
 class ShardingPolicy(enum.IntEnum):
     """How a job's data is split between workers (tf.data's ``ShardingPolicy``).

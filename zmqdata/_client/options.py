@@ -1,0 +1,34 @@
+"""What a read was asked for (``ReadOptions``) and its timings (``Timeouts``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zmqdata._wire.modes import EXACTLY_ONCE
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """What a consumer asked for in ``distribute`` / ``from_dataset_id``."""
+
+    service: str
+    dataset_id: str
+    processing_mode: int
+    job_name: str | None
+    max_outstanding_requests: int | None
+    data_transfer_protocol: str | None
+    target_workers: str
+    consumer_index: int | None = None
+    num_consumers: int | None = None
+    trainer_id: str | None = None
+    exactly_once: bool = EXACTLY_ONCE
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The reader's timings (from ``ClientSettings``)."""
+
+    heartbeat_s: float
+    dispatcher_timeout_s: float
+    worker_timeout_s: float
