@@ -11,7 +11,7 @@ import zmqdata as zd
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from zmqdata import service
-from zmqdata._worker.control import STRETCH
+from zmqdata._worker.control_core import STRETCH
 
 WORKER_TIMEOUT_MS = 2_000
 """A quiet worker's ceiling: a quarter of it, 500 ms (its base: 100 ms)."""
