@@ -12,7 +12,7 @@ from a stall (``DispatcherState.awake_since``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from zmqdata._dispatcher import consumers, tasking, workers
 from zmqdata._dispatcher import events as ev
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from zmqdata._dispatcher.state import DispatcherState, Outgoing
 
 logger = logging.getLogger("zmqdata.dispatcher")
+P = TypeVar("P")
 
 
 def drop_silent(state: DispatcherState, now: float, out: list[Outgoing]) -> float:
@@ -35,24 +36,48 @@ def drop_silent(state: DispatcherState, now: float, out: list[Outgoing]) -> floa
     records, liveness, awake = state.records, state.liveness, state.awake_since
     liveness.keep_only(records.workers.keys(), records.clients.keys())
     worker_timeout = state.config.worker_timeout_ms / 1000
+    client_timeout = state.config.client_timeout_ms / 1000
     due: list[float] = []
-    for worker in list(records.workers.values()):
-        seen = max(liveness.worker_seen(worker.worker_id), awake)
-        if now - seen <= worker_timeout:
-            due.append(seen + worker_timeout)
-            continue
+    by_worker = [
+        (w, liveness.worker_seen(w.worker_id)) for w in records.workers.values()
+    ]
+    for worker in _silent(by_worker, worker_timeout, awake, now, due):
         logger.info("worker %s timed out", worker.worker_address)
         out += workers.remove(state, worker.worker_id)
-    client_timeout = state.config.client_timeout_ms / 1000
-    for client in list(records.clients.values()):
-        seen = max(liveness.client_seen(client.client_id), awake)
-        if now - seen <= client_timeout:
-            due.append(seen + client_timeout)
-            continue
+    by_client = [
+        (c, liveness.client_seen(c.client_id)) for c in records.clients.values()
+    ]
+    for client in _silent(by_client, client_timeout, awake, now, due):
         logger.info("client %d timed out", client.client_id)
         out += consumers.release(state, client, now)
     due += _time_out_fences(state, now, out)
     return min(due, default=now + min(worker_timeout, client_timeout))
+
+
+def _silent(
+    heard: list[tuple[P, float]],
+    timeout: float,
+    awake: float,
+    now: float,
+    due: list[float],
+) -> list[P]:
+    """The peers of ``(peer, last heard)`` silent for over ``timeout``.
+
+    Silence counts from ``awake`` at the earliest; when each other peer would
+    time out is added to ``due``.
+
+    >>> due = []
+    >>> _silent([("a", 1.0), ("b", 4.0)], timeout=2.0, awake=0.0, now=5.0, due=due), due
+    (['a'], [6.0])
+    """
+    silent = []
+    for peer, last in heard:
+        seen = max(last, awake)
+        if now - seen > timeout:
+            silent.append(peer)
+        else:
+            due.append(seen + timeout)
+    return silent
 
 
 def _time_out_fences(

@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import zmq
 
@@ -50,6 +51,7 @@ from zmqdata.errors import (
 )
 
 logger = logging.getLogger("zmqdata.worker")
+T = TypeVar("T")
 
 ZSTD_LEVEL = 1
 WARN_AFTER_S = 5.0
@@ -242,12 +244,7 @@ class ControlLoop(PollLoop):
 
     def _start_tasks(self, tasks: list[dict[str, Any]]) -> None:
         """Starts a runner per task not running yet whose pipeline is held."""
-        for wire in tasks:
-            try:
-                task = TaskDef.from_wire(wire)
-            except InvalidArgumentError as error:
-                logger.warning("bad task from the dispatcher: %s", error)
-                continue
+        for task in _parsed(tasks, TaskDef.from_wire, "task"):
             if self._runners.get(task.task_id) is None:
                 self._start_task(task)
 
@@ -336,12 +333,17 @@ class ControlLoop(PollLoop):
 
 def _saves_listed(saves: list[dict[str, Any]]) -> dict[str, SaveDef]:
     """The saves of a heartbeat reply by id; one that is malformed is logged."""
-    listed: dict[str, SaveDef] = {}
-    for wire in saves:
+    return {save.save_id: save for save in _parsed(saves, SaveDef.from_wire, "save")}
+
+
+def _parsed(
+    wires: list[dict[str, Any]], from_wire: Callable[[dict[str, Any]], T], what: str
+) -> list[T]:
+    """``from_wire`` of each map; one that is malformed is logged and left out."""
+    parsed = []
+    for wire in wires:
         try:
-            save = SaveDef.from_wire(wire)
+            parsed.append(from_wire(wire))
         except InvalidArgumentError as error:
-            logger.warning("bad save from the dispatcher: %s", error)
-            continue
-        listed[save.save_id] = save
-    return listed
+            logger.warning("bad %s from the dispatcher: %s", what, error)
+    return parsed
