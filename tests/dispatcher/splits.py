@@ -26,7 +26,7 @@ def next_split_request(
         return m.GetSplit(
             request_id=1, iteration_id=iteration_id, repetition=repetition
         )
-    last = task.last_split[0] if task.last_split else 0
+    last = task.last_split.request_id if task.last_split else 0
     return m.GetSplit(
         request_id=last + 1,
         iteration_id=iteration_id,

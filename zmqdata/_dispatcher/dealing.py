@@ -188,8 +188,11 @@ def answer(
     request sent again gets the same splits.
     """
     if task.last_split is not None and answered_before(task, request):
-        _, _, ordinal, count, *again = task.last_split
-        return _reply(splits, job, iteration, request, ordinal, count, again), None
+        last = task.last_split
+        again = [] if last.skip is None else [last.skip]
+        return _reply(
+            splits, job, iteration, request, last.start, last.length, again
+        ), None
     if iteration.lost_splits:
         ordinal = iteration.lost_splits[0]
         first = skip_for(positions, job.num_consumers or 1, ordinal)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 from zmqdata._dataset.node import Node
 from zmqdata._wire.lineage import Ranges
@@ -100,17 +100,29 @@ def mode_name(mode: int) -> str:
         return str(mode)
 
 
+class LastSplit(NamedTuple):
+    """DYNAMIC: a task's last split request answered, so a retry gets the same.
+
+    ``length`` fresh splits of ``repetition`` from ``start`` on; ``length`` 0:
+    the keys ``Task.last_keys`` handed out again; ``skip`` (multi-rank reads):
+    a lost ordinal handed again, of which every consumer has the first
+    ``skip`` elements. A list in 0.1's snapshots, read back as this.
+    """
+
+    request_id: int
+    repetition: int
+    start: int
+    length: int
+    skip: int | None = None
+
+
 @dataclass
 class Task:
     task_id: int
     iteration_id: int
     worker_id: int
     finished: bool = False
-    last_split: list[int] | None = None
-    """DYNAMIC: ``[request_id, repetition, index, count]`` of the last request
-    answered, so a retried request gets the same splits: ``count`` fresh
-    splits of ``repetition`` from ``index`` on, or (``count`` 0) the keys
-    ``last_keys`` handed out again."""
+    last_split: LastSplit | None = None
     last_keys: list[int] = field(default_factory=list)
     """Exactly once: the keys handed out again to the last request, if any."""
     unacked: Ranges = field(default_factory=Ranges)

@@ -270,7 +270,9 @@ class ClusterRecords:
         iteration.next_split = e.index + e.count
         task = iteration.tasks.get(e.task_id)
         if task is not None:
-            task.last_split = [e.request_id, e.repetition, e.index, e.count]
+            task.last_split = model.LastSplit(
+                e.request_id, e.repetition, e.index, e.count
+            )
             task.last_keys = []
             task.unacked.add_all(e.keys)
         if self.jobs[iteration.job_id].dealt:
@@ -282,7 +284,7 @@ class ClusterRecords:
         iteration.pending.remove_all(e.keys)
         task = iteration.tasks[e.task_id]
         task.unacked.add_all(e.keys)
-        task.last_split = [e.request_id, 0, 0, 0]
+        task.last_split = model.LastSplit(e.request_id, 0, 0, 0)
         task.last_keys = list(e.keys)
 
     def _ranges_acked(self, e: ev.RangesAcked) -> None:
@@ -325,7 +327,7 @@ class ClusterRecords:
             iteration.lost_splits.remove(e.ordinal)
         iteration.owners[e.ordinal] = e.task_id
         task = iteration.tasks[e.task_id]
-        task.last_split = [e.request_id, 0, e.ordinal, 1, e.skip]
+        task.last_split = model.LastSplit(e.request_id, 0, e.ordinal, 1, e.skip)
 
     def _splits_counted(self, e: ev.SplitsCounted) -> None:
         counts = self.iterations[e.iteration_id].split_counts

@@ -139,6 +139,8 @@ def _iteration(row: dict[str, Any]) -> model.Iteration:
 def _task(row: dict[str, Any]) -> model.Task:
     task = model.Task(**row)
     task.unacked = Ranges(task.unacked)
+    if task.last_split is not None:
+        task.last_split = model.LastSplit(*task.last_split)
     return task
 
 

@@ -152,7 +152,7 @@ class Splits:
     def _again(self, iteration: model.Iteration, task: model.Task) -> list[list[int]]:
         """The splits ``task``'s last request got (``model.Task.last_split``)."""
         assert task.last_split is not None
-        _, repetition, index, count = task.last_split
+        _, repetition, index, count, _ = task.last_split
         if count == 0:
             return self.handed(task.last_keys)
         done = iteration.done
@@ -246,9 +246,9 @@ def answered_before(task: model.Task, request: m.GetSplit) -> bool:
     An older request than the last answered is refused: it was superseded.
     """
     last = task.last_split
-    if last is None or request.request_id > last[0]:
+    if last is None or request.request_id > last.request_id:
         return False
-    if request.request_id < last[0]:
+    if request.request_id < last.request_id:
         raise FailedPreconditionError(
             f"split request {request.request_id} of task {task.task_id} was "
             "superseded by a later one"
