@@ -66,7 +66,7 @@ def test_credit_is_granted_and_returned() -> None:
     assert read_core.handle(i.Drained(), 0.0) == []  # every element of credit is out
     [deliver] = read_core.handle(data(first.request, [10, 11]), 0.0)
     assert isinstance(deliver, i.Deliver)
-    assert deliver.batch[0] == [10, 11]
+    assert deliver.batch.elements == [10, 11]
     # Two buffered, one in flight: one element of credit is free again.
     assert requests(read_core.handle(i.Drained(), 0.0)) == [("tcp://w:1", 1, 1)]
     read_core.handle(data(second.request, [20]), 0.0)
@@ -141,7 +141,7 @@ def test_a_fence_holds_replies_until_the_dispatcher_answers() -> None:
     # The answer to the fence: task 1 was lost meanwhile.
     lost = state([2], request_id=hold.message.request_id, task_epoch=1)
     out = read_core.handle(i.FromDispatcher(lost), late)
-    assert [d.batch[0] for d in only(i.Deliver, out)] == [[20]]
+    assert [d.batch.elements for d in only(i.Deliver, out)] == [[20]]
     assert only(i.Dropped, out) == [i.Dropped(2)]
     assert counters.received == 1
     [beat] = only(i.ToDispatcher, read_core.tick(late + 1.0))

@@ -478,7 +478,7 @@ class ReadCore:
             self.counters.sizes.append(max(1, nbytes // len(elements)))
             self.counters.received += len(elements)
             self.counters.received_bytes += nbytes
-        batch: Batch = (elements, nbytes if elements else 0, keys, widths, [])
+        batch = Batch(elements, nbytes if elements else 0, keys, widths, [])
         if header is not None and keys and self._hold.active:
             self._hold.keep(task_id, (header, batch))
             return []
@@ -491,7 +491,7 @@ class ReadCore:
 
         An end of sequence with dropped keys only is consumed as well.
         """
-        elements, _, keys, _, _ = batch
+        elements, keys = batch.elements, batch.keys
         self.acks.received(task_id, keys, [] if header is None else header.progress)
         if keys:  # acknowledged within one base interval, as ever
             self.pace.reset()
@@ -516,9 +516,9 @@ class ReadCore:
             if task_id in self.tasks:
                 out += self._hand_over(task_id, header, batch)
             else:
-                dropped += len(batch[0])
-                self.counters.received -= len(batch[0])
-                self.counters.received_bytes -= batch[1]
+                dropped += len(batch.elements)
+                self.counters.received -= len(batch.elements)
+                self.counters.received_bytes -= batch.nbytes
         return [*out, Dropped(dropped)] if dropped else out
 
     def deliver_dealt(
@@ -526,7 +526,7 @@ class ReadCore:
     ) -> list[Instruction]:
         """Multi-rank reads: elements in order, with their splits' ``[ordinal, offset]``."""
         self.counters.received += len(elements)
-        return [Deliver((elements, 0, [], [], anchors))]
+        return [Deliver(Batch(elements, 0, [], [], anchors))]
 
     def report_if_finished(self, task: Task, now: float) -> list[Instruction]:
         """Reports a task ended once nothing more is owed by it."""

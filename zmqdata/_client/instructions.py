@@ -14,15 +14,25 @@ False
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 
-Batch = tuple[list[Any], int, list[int], list[int], list[int]]
-"""What goes to the trainer per reply: elements, their decoded bytes,
-(exactly once) the keys they cover and how many each (``lineage.Coverage``),
-and (multi-rank reads) ``[ordinal, offset]`` of each element's split."""
+
+class Batch(NamedTuple):
+    """What goes to the trainer per reply."""
+
+    elements: list[Any]
+    nbytes: int
+    """Their decoded bytes."""
+    keys: list[int]
+    """Exactly once: the keys they cover (``lineage.Coverage``)."""
+    widths: list[int]
+    """Exactly once: how many keys each covers."""
+    anchors: list[int]
+    """Multi-rank reads: ``[ordinal, offset]`` of each element's split."""
+
 
 # ------------------------------------------------------------------ events
 

@@ -32,6 +32,7 @@ from zmqdata._client.core import END, Counters, Failure, Plan, ReadCore
 from zmqdata._client.credit import CreditPlan
 from zmqdata._client.dealing import DealPlan
 from zmqdata._client.instructions import (
+    Batch,
     Broken,
     Closing,
     Deliver,
@@ -489,13 +490,13 @@ class DistributedIterator(DatasetIterator):
         if isinstance(item, Failure):
             self.close()
             raise item.error
-        elements, nbytes, keys, widths, anchors = item
-        self._local.extend(elements)
-        self._local_bytes = nbytes
-        if keys:
-            self._position.took(keys, widths)
+        batch: Batch = item
+        self._local.extend(batch.elements)
+        self._local_bytes = batch.nbytes
+        if batch.keys:
+            self._position.took(batch.keys, batch.widths)
         if self._dealt is not None:
-            self._dealt.took(anchors)
+            self._dealt.took(batch.anchors)
 
     def get_state(self) -> dict[str, Any]:
         """The read's position: the source keys consumed (small: no element).
