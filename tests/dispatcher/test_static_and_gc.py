@@ -249,7 +249,7 @@ def test_a_consumer_timing_out_starts_the_gc_clock():
     joined = join(state, job, now=0.0)
     state.tick(now=0.6)  # the client is released (timed out) at 0.6
     assert joined.client_id not in state.records.clients
-    assert state.records.iterations[joined.iteration_id].last_client_released == 0.6
+    assert state.liveness.released_at(joined.iteration_id) == 0.6
     heartbeat(state, "w:1", state_worker_id(state, "w:1"), [], now=1.5)
     state.tick(now=1.5)
     assert not state.records.iterations[joined.iteration_id].collected

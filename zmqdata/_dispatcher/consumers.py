@@ -212,6 +212,7 @@ def release_client(
 def release(state: DispatcherState, client: model.Client, now: float) -> list[Outgoing]:
     """A client leaves; lost tasks' keys it held back may need a new task."""
     state.apply(ev.ClientReleased(client.client_id, now))
+    state.liveness.released(client.iteration_id, now)
     return tasking.recover(state, client.iteration_id)
 
 

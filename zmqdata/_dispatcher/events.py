@@ -229,7 +229,9 @@ class ClientAcquired:
 class ClientReleased:
     client_id: int
     now: float
-    """When the client left (job GC counts its timeout from the last one)."""
+    """When the client left. Job GC counts from when the dispatcher applying
+    it heard of it (``liveness.py``): a replayed time is another process's
+    clock. Kept: journals carry it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -388,7 +388,6 @@ class JournalSink:
             snapshot.load(records, data)
         for event in self.journal.replay():
             records.apply(event)
-        records.restart_clocks(now)
         self.applied(records)
         return records
 

@@ -157,8 +157,6 @@ class Iteration:
     """Coordinated reads: ``(start_round, task ids)`` epochs, in order."""
     horizon: int = 0
     """Coordinated reads: the schedule never changes below this round."""
-    last_client_released: float | None = None
-    """When a client last left (job GC times an iteration nobody reads from it)."""
     former_clients: set[int] = field(default_factory=set)
     """Clients that left while unfinished (told apart if the iteration is collected)."""
     collected: bool = False

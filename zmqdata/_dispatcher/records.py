@@ -140,15 +140,6 @@ class ClusterRecords:
         """Whether ``iteration`` tracks its elements (exactly once)."""
         return self.jobs[iteration.job_id].exactly_once
 
-    def restart_clocks(self, now: float) -> None:
-        """After a replay job GC counts from ``now``, as peers' liveness does.
-
-        Times in the journal come from the previous process's clock.
-        """
-        for iteration in self.iterations.values():
-            if iteration.last_client_released is not None:
-                iteration.last_client_released = now
-
     # ------------------------------------------------------------ appliers
 
     def add_worker(self, worker: model.Worker) -> None:
@@ -391,7 +382,6 @@ class ClusterRecords:
         client = self.clients.pop(e.client_id)
         iteration = self.iterations[client.iteration_id]
         iteration.clients.discard(e.client_id)
-        iteration.last_client_released = e.now
         self._unwait(iteration, e.client_id, None)
         if not iteration.finished:
             iteration.former_clients.add(e.client_id)

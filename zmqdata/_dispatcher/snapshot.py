@@ -98,9 +98,14 @@ def _load_tables(records: ClusterRecords, body: dict[str, Any]) -> None:
         records.clients[client.client_id] = client
 
 
-DROPPED = {"Worker": ("last_seen",), "Client": ("last_seen",)}
+DROPPED = {
+    "Worker": ("last_seen",),
+    "Client": ("last_seen",),
+    "Iteration": ("last_client_released",),
+}
 """Fields of older snapshots' records these records no longer have, dropped on
-loading: 0.1 kept when each peer was last heard from (now ``liveness.py``)."""
+loading: 0.1 kept when each peer was last heard from and each iteration last
+left by a consumer (both now ``liveness.py``)."""
 
 
 def _kept(row: dict[str, Any], record: str) -> dict[str, Any]:
@@ -125,7 +130,7 @@ def _job(row: dict[str, Any]) -> model.Job:
 
 def _iteration(row: dict[str, Any]) -> model.Iteration:
     """An iteration without its tasks (``load`` links them); its types back."""
-    iteration = model.Iteration(**row)
+    iteration = model.Iteration(**_kept(row, "Iteration"))
     iteration.clients = set(iteration.clients)
     iteration.former_clients = set(iteration.former_clients)
     iteration.schedule = [(start, ids) for start, ids in iteration.schedule]

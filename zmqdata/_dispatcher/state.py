@@ -289,16 +289,10 @@ class DispatcherState:
     def _roll_back(self, now: float) -> None:
         """Back to the records the sink kept, after it failed to keep a group.
 
-        Peers' liveness is beside the records: unchanged. Job GC's clock is in
-        them (``last_client_released``): each iteration keeps the one it had.
+        Liveness and job GC's clock are beside the records: unchanged.
         """
-        before = self.records
         self.records = self._sink.restore(now)
         self.liveness_due = float("-inf")  # scan again: peers may be back
-        for iteration in self.records.iterations.values():
-            was = before.iterations.get(iteration.iteration_id)
-            if was is not None and was.last_client_released is not None:
-                iteration.last_client_released = was.last_client_released
 
     def _handle(
         self, peer: bytes, message: m.Message, now: float, key: str

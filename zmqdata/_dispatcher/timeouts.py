@@ -34,7 +34,9 @@ def drop_silent(state: DispatcherState, now: float, out: list[Outgoing]) -> floa
     recover lost keys are added to ``out``.
     """
     records, liveness, awake = state.records, state.liveness, state.awake_since
-    liveness.keep_only(records.workers.keys(), records.clients.keys())
+    liveness.keep_only(
+        records.workers.keys(), records.clients.keys(), records.iterations.keys()
+    )
     worker_timeout = state.config.worker_timeout_ms / 1000
     client_timeout = state.config.client_timeout_ms / 1000
     due: list[float] = []
@@ -125,12 +127,12 @@ def collect_iterations(state: DispatcherState, now: float) -> None:
     """
     timeout = state.config.job_gc_timeout_ms / 1000
     for iteration in list(state.records.iterations.values()):
-        released = iteration.last_client_released
+        released = state.liveness.released_at(iteration.iteration_id)
         if (
             iteration.finished
             or iteration.collected
             or iteration.clients
-            or released is None
+            or not iteration.former_clients  # never read: nothing to time out
             or now - released < timeout
         ):
             continue
