@@ -12,6 +12,8 @@ from a stall (``DispatcherState.awake_since``).
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from zmqdata._dispatcher import consumers, tasking, workers
@@ -39,47 +41,48 @@ def drop_silent(state: DispatcherState, now: float, out: list[Outgoing]) -> floa
     )
     worker_timeout = state.config.worker_timeout_ms / 1000
     client_timeout = state.config.client_timeout_ms / 1000
-    due: list[float] = []
-    by_worker = [
-        (w, liveness.worker_seen(w.worker_id)) for w in records.workers.values()
-    ]
-    for worker in _silent(by_worker, worker_timeout, awake, now, due):
+    silent_workers, worker_due = _silent(
+        records.workers, liveness.worker_seen, worker_timeout, awake, now
+    )
+    for worker in silent_workers:
         logger.info("worker %s timed out", worker.worker_address)
         out += workers.remove(state, worker.worker_id)
-    by_client = [
-        (c, liveness.client_seen(c.client_id)) for c in records.clients.values()
-    ]
-    for client in _silent(by_client, client_timeout, awake, now, due):
+    silent_clients, client_due = _silent(
+        records.clients, liveness.client_seen, client_timeout, awake, now
+    )
+    for client in silent_clients:
         logger.info("client %d timed out", client.client_id)
         out += consumers.release(state, client, now)
-    due += _time_out_fences(state, now, out)
-    return min(due, default=now + min(worker_timeout, client_timeout))
+    due = min(worker_due, client_due, *_time_out_fences(state, now, out))
+    return due if due < math.inf else now + min(worker_timeout, client_timeout)
 
 
 def _silent(
-    heard: list[tuple[P, float]],
+    peers: Mapping[int, P],
+    seen_of: Callable[[int], float],
     timeout: float,
     awake: float,
     now: float,
-    due: list[float],
-) -> list[P]:
-    """The peers of ``(peer, last heard)`` silent for over ``timeout``.
+) -> tuple[list[P], float]:
+    """The peers silent for over ``timeout``, and when the next other one can be.
 
-    Silence counts from ``awake`` at the earliest; when each other peer would
-    time out is added to ``due``.
+    Silence counts from ``awake`` at the earliest (``inf``: no other peer).
+    One pass, no allocation per peer: it scans 20,000 at 10,000 + 10,000.
 
-    >>> due = []
-    >>> _silent([("a", 1.0), ("b", 4.0)], timeout=2.0, awake=0.0, now=5.0, due=due), due
-    (['a'], [6.0])
+    >>> seen = {1: 1.0, 2: 4.0, 3: 4.5}
+    >>> _silent({1: "a", 2: "b", 3: "c"}, seen.get, timeout=2.0, awake=0.0, now=5.0)
+    (['a'], 6.0)
     """
-    silent = []
-    for peer, last in heard:
-        seen = max(last, awake)
+    silent: list[P] = []
+    earliest = math.inf
+    for peer_id, peer in peers.items():
+        seen = seen_of(peer_id)
+        seen = max(seen, awake)
         if now - seen > timeout:
             silent.append(peer)
-        else:
-            due.append(seen + timeout)
-    return silent
+        elif seen < earliest:
+            earliest = seen
+    return silent, earliest + timeout
 
 
 def _time_out_fences(
@@ -127,14 +130,15 @@ def collect_iterations(state: DispatcherState, now: float) -> None:
     """
     timeout = state.config.job_gc_timeout_ms / 1000
     for iteration in list(state.records.iterations.values()):
-        released = state.liveness.released_at(iteration.iteration_id)
         if (
             iteration.finished
             or iteration.collected
             or iteration.clients
             or not iteration.former_clients  # never read: nothing to time out
-            or now - released < timeout
         ):
+            continue
+        released = state.liveness.released_at(iteration.iteration_id)
+        if now - released < timeout:
             continue
         job = state.records.jobs[iteration.job_id]
         dynamic = job.processing_mode == ShardingPolicy.DYNAMIC
