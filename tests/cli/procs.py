@@ -54,17 +54,18 @@ class Proc:
         """The first stderr line matching ``pattern`` (fails if the child exits)."""
         regex = re.compile(pattern)
 
+        def first() -> re.Match[str] | None:
+            return next(filter(None, map(regex.search, list(self.lines))), None)
+
         def find() -> re.Match[str] | None:
-            for line in list(self.lines):
-                if match := regex.search(line):
-                    return match
-            if self.popen.poll() is not None:
-                self._reader.join(5)
-                raise AssertionError(
-                    f"exited {self.popen.returncode} before {pattern!r}:\n"
-                    + self.stderr
-                )
-            return None
+            if (match := first()) is not None or self.popen.poll() is None:
+                return match
+            self._reader.join(5)  # it exited: its last lines may be in flight
+            if (match := first()) is not None:
+                return match
+            raise AssertionError(
+                f"exited {self.popen.returncode} before {pattern!r}:\n" + self.stderr
+            )
 
         match: re.Match[str] = poll_for(find, timeout=timeout, interval=0.02)
         return match
