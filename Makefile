@@ -27,7 +27,16 @@ test-quick: $(STAMP)
 test-hosts: $(STAMP)
 	$(PY) -m pytest tests/hosts -q
 
-demo: $(STAMP)
+# The demo needs only the core dependencies: a light .venv of its own stamp
+# (seconds to install), which a later `make test` completes with the dev extras.
+CORE_STAMP := $(VENV)/.core-installed
+
+$(CORE_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	[ $(STAMP) -nt pyproject.toml ] || $(PY) -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+demo: $(CORE_STAMP)
 	$(PY) examples/demo.py
 
 lint: $(STAMP)
