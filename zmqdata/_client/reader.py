@@ -410,6 +410,14 @@ class DistributedIterator(DatasetIterator):
             m.IterationState,
             self._settings.dispatcher_timeout_s,
         )
+        if state.finished:
+            logger.warning(
+                "iteration %d of job %r was drained by other consumers before this "
+                "one joined: it gets no elements of it (a new run needs a fresh "
+                "job_name)",
+                repetition,
+                self._options.job_name,
+            )
         if self._dealt is not None:
             self._dealt.started(state.deal)
         self._queue: queue.Queue[Any] = queue.Queue()

@@ -5,6 +5,10 @@ the connection exists, and the request is re-sent with backoff in case a
 previous dispatcher took it down with it. Running out of time raises
 ``UnavailableError``, saying why when it can be told (the host does not resolve,
 the connection is refused); a warning is logged after ``WARN_AFTER_S`` already.
+An address that never answered this process is given up on sooner: when it
+still refuses connections (or does not resolve) after the first-contact grace
+(``ZMQDATA_DISPATCHER_FIRST_CONTACT_S``), it is taken for a wrong address. One
+that answered before is a dispatcher restarting, retried till the deadline.
 An error reply raises the matching ``zmqdata.errors`` class. A dispatcher of
 the previous protocol version refuses this one's: the request is sent again
 at its version (``versions.PeerVersion``).
@@ -36,13 +40,18 @@ logger = logging.getLogger("zmqdata.client")
 R = TypeVar("R", bound=m.Message)
 _request_ids = itertools.count(1)
 WARN_AFTER_S = 3.0
+_answered: set[str] = set()
+"""The targets that answered a request of this process."""
 
 
 def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float) -> R:
     """Sends ``request`` to ``target`` and returns its ``reply_type`` reply."""
     request = dataclasses.replace(request, request_id=next(_request_ids))
     deadline, backoff = Deadline(timeout_s), Backoff(0.5, 5.0, jitter=0.0)
-    keys = client_settings.current().keys()
+    current = client_settings.current()
+    keys = current.keys()
+    grace = min(current.first_contact_s, timeout_s)
+    first_contact = None if target in _answered else Deadline(grace)
     sock: zmq.Socket[Any] = context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     auth.secure_client(sock, keys)
@@ -58,6 +67,7 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
         sock.connect(target)
         for wait in attempts(deadline, backoff):
             sock.send(peer.encode(request, time.monotonic()))
+            wait = _sooner(wait, first_contact)
             reply = _wait_for_reply(sock, monitor, poller, wait, target, request, peer)
             if reply is not None:
                 if not isinstance(reply, reply_type):
@@ -66,14 +76,28 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
                     )
                 return reply
             silent_s = time.monotonic() - started
+            if first_contact is not None and first_contact.expired():
+                first_contact = None
+                found = reach.probe(target)
+                if found.absent:
+                    raise UnavailableError(
+                        f"no answer from {target} to {request.TYPE!r} within "
+                        f"{silent_s:.1f} s: {found.reason}, and nothing ever "
+                        "answered there: is the address right, and its dispatcher "
+                        "started? (ZMQDATA_DISPATCHER_FIRST_CONTACT_S="
+                        f"{current.first_contact_s:g} s waits for one starting)"
+                    )
             if not warned and silent_s >= WARN_AFTER_S:
                 warned = True
                 logger.warning(
-                    "no answer from %s for %.1f s: %s; retrying for up to %g s",
+                    "no answer from %s for %.1f s: %s; retrying for up to %g s%s",
                     target,
                     silent_s,
                     reach.diagnose(target),
                     timeout_s,
+                    ""
+                    if first_contact is None
+                    else f" ({grace:g} s if nothing is there: it never answered)",
                 )
         raise UnavailableError(
             f"no answer from {target} to {request.TYPE!r} within "
@@ -107,6 +131,7 @@ def _wait_for_reply(
             auth.check_handshake(monitor, target)
         if sock in events:
             reply, version = _decode(sock.recv())
+            _answered.add(target)
             again = peer.received(reply, version, time.monotonic())
             if again:
                 sock.send(peer.encode(request, time.monotonic()))
@@ -116,6 +141,17 @@ def _wait_for_reply(
                 raise from_code(reply.code, reply.message)
             return reply
     return None
+
+
+def _sooner(wait: Deadline, other: Deadline | None) -> Deadline:
+    """The earlier of ``wait`` and ``other`` (None: ``wait``)."""
+    if (
+        other is None
+        or other.at is None
+        or (wait.at is not None and wait.at <= other.at)
+    ):
+        return wait
+    return other
 
 
 def _decode(payload: bytes) -> tuple[m.Message, int]:

@@ -355,6 +355,26 @@ def check_resume(job: model.Job, created: bool) -> None:
         )
 
 
+def check_joinable(job: model.Job, iteration: model.Iteration | None) -> None:
+    """A multi-rank read joins no iteration that every rank has read to its end.
+
+    Such a consumer would get nothing (each rank's elements went to the rank
+    that read the iteration before): a training run started again under the
+    job name of a finished one. First-come reads keep the k-th iteration
+    rule, where a late consumer gets nothing of an iteration already drained
+    (docs/modes.md).
+    """
+    if job.num_consumers is None or iteration is None or not iteration.finished:
+        return
+    raise FailedPreconditionError(
+        f"iteration {iteration.repetition} of job {job.name!r} has already "
+        f"finished: all its {job.num_consumers} consumers read it to the end, "
+        "so this consumer would get no elements. To read again, use a fresh "
+        "job_name (to continue a saved run: restore its merged position under "
+        "a fresh job_name)"
+    )
+
+
 def deal_resume(
     job: model.Job, msg: m.GetOrCreateIteration, iteration: model.Iteration | None
 ) -> deal.Resume | None:

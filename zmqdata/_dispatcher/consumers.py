@@ -49,6 +49,7 @@ def get_or_create_iteration(
         raise NotFoundError(f"job {msg.job_id} does not exist")
     out: list[Outgoing] = []
     iteration_id = job.iterations.get(msg.repetition)
+    checks.check_joinable(job, records.iterations.get(iteration_id or 0))
     if msg.resume is not None:
         checks.check_resume(job, created=iteration_id is None)
     resume = checks.deal_resume(job, msg, records.iterations.get(iteration_id or 0))

@@ -4,19 +4,34 @@
 connection, an address where nothing accepts in time, and a port that accepts
 connections but sends no answer (a busy server, or another program): a
 ``getaddrinfo`` and one short connect to the target (tcp), or a look at the
-socket file (ipc).
+socket file (ipc). ``probe(target)`` also says whether nothing can be
+there (``Reach.absent``: the name does not resolve, the connection is
+refused, the socket file is missing), which a client that never had an answer
+from the address takes as a wrong address (``_client/rpc.py``).
 
 >>> diagnose("ipc:///nonexistent/zmqdata.sock")
 'socket file /nonexistent/zmqdata.sock does not exist'
+>>> probe("ipc:///nonexistent/zmqdata.sock").absent
+True
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import Any, NamedTuple
 
 PROBE_TIMEOUT_S = 1.0
+
+
+class Reach(NamedTuple):
+    """What a probe of an address found."""
+
+    reason: str
+    """Why it is silent, in a few words."""
+    absent: bool
+    """Nothing listens there, or the name does not resolve: no answer can come
+    until something starts there (not: a host down, filtered, or busy)."""
 
 
 def diagnose(target: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
@@ -24,32 +39,41 @@ def diagnose(target: str, timeout_s: float = PROBE_TIMEOUT_S) -> str:
 
     Blocks for at most ``timeout_s`` (plus the name lookup).
     """
+    return probe(target, timeout_s).reason
+
+
+def probe(target: str, timeout_s: float = PROBE_TIMEOUT_S) -> Reach:
+    """Why ``target`` is silent, and whether nothing is there (as ``diagnose``)."""
     protocol, _, address = target.partition("://")
     if protocol == "ipc":
         if not os.path.exists(address):
-            return f"socket file {address} does not exist"
-        return _probe(socket.AF_UNIX, address, timeout_s)
+            return Reach(f"socket file {address} does not exist", absent=True)
+        return _connect(socket.AF_UNIX, address, timeout_s)
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
     try:
         found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, ValueError) as error:
-        return f"host {host!r} does not resolve ({error})"
+        return Reach(f"host {host!r} does not resolve ({error})", absent=True)
     family, _, _, _, sockaddr = found[0]
-    return _probe(family, sockaddr, timeout_s)
+    return _connect(family, sockaddr, timeout_s)
 
 
-def _probe(family: int, sockaddr: tuple[Any, ...] | str, timeout_s: float) -> str:
-    probe = socket.socket(family, socket.SOCK_STREAM)
-    probe.settimeout(timeout_s)
+def _connect(family: int, sockaddr: tuple[Any, ...] | str, timeout_s: float) -> Reach:
+    attempt = socket.socket(family, socket.SOCK_STREAM)
+    attempt.settimeout(timeout_s)
     try:
-        probe.connect(sockaddr)
+        attempt.connect(sockaddr)
     except ConnectionRefusedError:
-        return "connection refused (nothing listens there)"
+        return Reach("connection refused (nothing listens there)", absent=True)
     except TimeoutError:
-        return f"no connection within {timeout_s:g} s (host down or filtered)"
+        reason = f"no connection within {timeout_s:g} s (host down or filtered)"
+        return Reach(reason, absent=False)
     except OSError as error:
-        return f"cannot connect ({error.strerror or error})"
+        return Reach(f"cannot connect ({error.strerror or error})", absent=False)
     finally:
-        probe.close()
-    return "it accepts connections but does not answer (busy, or not a zmqdata server)"
+        attempt.close()
+    reason = (
+        "it accepts connections but does not answer (busy, or not a zmqdata server)"
+    )
+    return Reach(reason, absent=False)
