@@ -152,7 +152,7 @@ class DispatcherConfig:
             silent this long is not waited for (docs/reliability.md, Silent
             consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
         gc_dynamic_sharding_jobs: Also collect DYNAMIC jobs (off: it breaks
-            their visitation guarantee).
+            their visitation guarantee). Multi-rank reads are collected anyway.
         max_pipeline_bytes: The largest dataset registration (pipeline and
             element spec bytes) accepted; data embedded in a pipeline beyond
             that should be read from files instead.

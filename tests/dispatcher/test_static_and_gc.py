@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.dispatcher.test_state import (
@@ -177,13 +179,13 @@ def test_status_and_job_names_keep_static_modes():
 # ------------------------------------------------------------------ job GC
 
 
-def abandoned(state: DispatcherState, mode: int = OFF, now: float = 0.0):
+def abandoned(state: DispatcherState, mode: int = OFF, now: float = 0.0, **job: Any):
     """A worker, and a named job whose one consumer left at ``now``."""
     worker = register_worker(state, "w:1")
-    job = create_job(state, register_dataset(state), mode, job_name="j")
-    joined = join(state, job, now=now)
+    job_id = create_job(state, register_dataset(state), mode, job_name="j", **job)
+    joined = join(state, job_id, now=now)
     release(state, joined.client_id, now)
-    return worker, job, joined
+    return worker, job_id, joined
 
 
 def test_an_abandoned_iteration_is_collected_after_the_timeout():
@@ -286,6 +288,16 @@ def test_dynamic_jobs_are_kept_unless_gc_dynamic_sharding_jobs(gc_dynamic):
     assert (join(state, job, now=100.1).iteration_id == joined.iteration_id) is not (
         gc_dynamic
     )
+
+
+def test_a_dealt_job_a_rank_never_came_to_is_collected():
+    """Its ranks' streams are fixed: a fresh iteration deals them again."""
+    state = gc_state()
+    _, job, joined = abandoned(state, DYNAMIC, now=0.0, num_consumers=2)
+    assert state.records.jobs[job].dealt
+    state.tick(now=100.0)
+    assert state.records.iterations[joined.iteration_id].collected
+    assert not state.records.tasks
 
 
 def test_collected_iterations_get_no_tasks_from_new_workers():

@@ -333,19 +333,45 @@ def test_encoded_items_are_served_as_they_are():
 # ------------------------------------------------------------------ awaited elements
 
 
-def test_a_put_does_not_wait_while_a_parked_request_awaits_the_producer(stop):
+def holding(later: int) -> DealtBuffer:
+    """A full buffer (1 item) of split ``later``: what it makes next is made again."""
+    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer.open(later, 0)
+    buffer.put(later, 0, Raw("later"), 8)
+    return buffer
+
+
+def test_a_put_goes_one_split_past_the_bound_at_most_while_a_request_awaits_it(stop):
     buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
     buffer.open(0, 0)
     buffer.put(0, 0, Raw("unasked"), 8)
     assert answer(request(0, 2), buffer) is None  # parked: 2 is awaited
     putter = Putter(lambda: buffer.put(0, 1, Raw(1), 8, stop))
-    assert putter.done()  # no wait: the buffer holds what nobody asks first
-    assert putter.error is None
+    assert putter.done()  # no wait: its reader may ask for 0 once 2 came
     assert buffer.put(0, 2, Raw(2), 8) is True  # the awaited one: wake the loop
     assert elements(answer(request(0, 2), buffer)) == [2]
-    putter = Putter(lambda: buffer.put(0, 3, Raw(3), 8, stop))
-    assert putter.blocked()  # nothing awaited any more: bounded again
+    buffer.end(0, 3)
+    buffer.open(1, 0)
+    assert answer(request(1, 1), buffer) is None  # parked: 1 is awaited
+    putter = Putter(lambda: buffer.put(1, 0, Raw("b"), 8, stop))
+    assert putter.blocked()  # split 0 holds the bound: a slower rank's share
     buffer.take(0, [0, 1])
+    assert putter.done()
+
+
+def test_a_split_made_again_goes_past_the_bound_while_a_request_awaits_it(stop):
+    buffer = holding(5)
+    buffer.open(2, 0)  # a lost worker's split, made again here
+    assert answer(request(2, 1), buffer) is None  # parked: 1 is awaited
+    putter = Putter(lambda: buffer.put(2, 0, Raw(0), 8, stop))
+    assert putter.done()  # no wait: readers need split 2 before split 5
+    assert putter.error is None
+    assert buffer.put(2, 1, Raw(1), 8) is True  # the awaited one: wake the loop
+    assert elements(answer(request(2, 1), buffer)) == [1]
+    putter = Putter(lambda: buffer.put(2, 2, Raw(2), 8, stop))
+    assert putter.blocked()  # nothing awaited any more: bounded again
+    buffer.take(2, [0])
+    buffer.take(5, [0])
     assert putter.done()
 
 
@@ -435,27 +461,24 @@ def test_notices_cannot_fill_a_workers_memory():
 
 
 def test_a_request_answered_by_the_end_of_its_split_leaves_the_bound_on(stop):
-    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer = holding(3)
     buffer.open(0, 0)
     assert answer(request(0, 5), buffer) is None  # parked: element 5 awaited
-    buffer.put(0, 0, Raw(0), 8)
+    buffer.put(0, 0, Raw(0), 8)  # past the bound: split 3 is held
     buffer.put(0, 1, Raw(1), 8)
     buffer.end(0, 2)
     assert elements(answer(request(0, 5), buffer)) == []  # past the end: answered
-    buffer.take(0, [0, 1])
     buffer.open(1, 0)
-    buffer.put(1, 0, Raw("a"), 8)
-    putter = Putter(lambda: buffer.put(1, 1, Raw("b"), 8, stop))
+    putter = Putter(lambda: buffer.put(1, 0, Raw("a"), 8, stop))
     assert putter.blocked()  # nothing is awaited any more: the bound holds
 
 
 def test_a_request_waiting_for_its_split_to_open_leaves_the_bound_on(stop):
-    buffer = DealtBuffer(max_items=1, max_bytes=1 << 20)
+    buffer = holding(4)
     assert answer(request(1, 0), buffer) is None  # split 1 not opened: awaited
     assert buffer.open(1, 0) is True
     assert answer(request(1, 0), buffer) is None  # element 0 awaited
-    assert buffer.put(1, 0, Raw(0), 8) is True
+    assert buffer.put(1, 0, Raw(0), 8) is True  # past the bound: split 4 is held
     assert elements(answer(request(1, 0), buffer)) == [0]
-    buffer.put(1, 1, Raw(1), 8)  # nobody asks for it
-    putter = Putter(lambda: buffer.put(1, 2, Raw(2), 8, stop))
+    putter = Putter(lambda: buffer.put(1, 1, Raw(1), 8, stop))
     assert putter.blocked()

@@ -126,7 +126,10 @@ def collect_iterations(state: DispatcherState, now: float) -> None:
     """Job GC: drops unfinished iterations nobody read for ``job_gc_timeout_ms``.
 
     DYNAMIC iterations stay unless ``gc_dynamic_sharding_jobs``: a fresh one
-    would hand out the splits again and break exactly-once visitation.
+    would hand out the splits again and break exactly-once visitation. Dealt
+    ones (multi-rank reads) do not: a fresh iteration deals every rank the
+    same stream again, and an old one holds the shares of ranks that never
+    came in the workers' buffers.
     """
     timeout = state.config.job_gc_timeout_ms / 1000
     for iteration in list(state.records.iterations.values()):
@@ -141,7 +144,7 @@ def collect_iterations(state: DispatcherState, now: float) -> None:
         if now - released < timeout:
             continue
         job = state.records.jobs[iteration.job_id]
-        dynamic = job.processing_mode == ShardingPolicy.DYNAMIC
+        dynamic = job.processing_mode == ShardingPolicy.DYNAMIC and not job.dealt
         if dynamic and not state.config.gc_dynamic_sharding_jobs:
             continue
         logger.info(

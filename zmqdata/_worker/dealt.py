@@ -44,6 +44,15 @@ class _Split:
     ended: bool = False
     had: set[int] = field(default_factory=set)
     """Indices consumers said they have (a split made again): not kept."""
+    nbytes: int = 0
+    """What ``items`` hold."""
+
+    def pop(self, index: int) -> tuple[Raw | Encoded, int] | None:
+        """Removes element ``index`` if kept: ``(item, nbytes)``."""
+        entry = self.items.pop(index, None)
+        if entry is not None:
+            self.nbytes -= entry[1]
+        return entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,22 +110,20 @@ class DealtBuffer:
     ) -> bool:
         """Keeps element ``index`` of a split, waiting for room (``Cancelled`` on stop).
 
-        It does not wait while a parked request waits for something this
-        producer has not made yet: what the buffer holds then is not what
-        readers want first (elements of a split made again that they have,
-        a later split before an earlier one queued here), and waiting would
-        stop the read. The buffer then holds at most one split more.
-        Returns whether a parked request waits for this element (wake the
-        data loop).
+        It goes past the bound by one split at most (``_may_exceed``), so
+        the bound holds for every job, one whose ranks never come too: what
+        the other splits hold then is the slower ranks' share, and the
+        readers ahead wait for them. Returns whether a parked request waits
+        for this element (wake the data loop).
         """
         with self._cond:
             while (
                 self._items
-                and not self._awaited
                 and (
                     self._items >= self._max_items
                     or self._bytes + nbytes > self._max_bytes
                 )
+                and not self._may_exceed(ordinal)
             ):
                 wait_for_room(self._cond, stop)
             split = self._splits.get(ordinal)
@@ -125,12 +132,34 @@ class DealtBuffer:
             split.produced = index + 1
             if index >= split.skip and index not in split.had:
                 split.items[index] = (item, nbytes)
+                split.nbytes += nbytes
                 self._items += 1
                 self._bytes += nbytes
             if (ordinal, index) in self._awaited:
                 self._awaited.discard((ordinal, index))
                 return True
             return False
+
+    def _may_exceed(self, ordinal: int) -> bool:
+        """Whether a put of split ``ordinal`` may go past the bound (under the lock).
+
+        Only while a parked request waits on this producer: a reader may
+        have all its requests to the task parked on later elements while
+        its next ones sit here, or need a split made again (``ordinal``, a
+        lost worker's) before a later one held here. Then the split being
+        made may go past the bound if the other splits hold less than it
+        (a slower rank's share, one that never comes: no more), or if one
+        of them is later (a split made again comes first).
+        """
+        if not self._awaited:
+            return False
+        making = self._splits.get(ordinal)
+        if making is None:  # released meanwhile: nothing is kept
+            return True
+        others = self._items - len(making.items), self._bytes - making.nbytes
+        if others[0] < self._max_items and others[1] <= self._max_bytes:
+            return True
+        return any(q > ordinal and split.items for q, split in self._splits.items())
 
     def discard(self, ordinal: int, indices: list[int]) -> None:
         """Consumers have these elements of a split made again: drop them."""
@@ -142,7 +171,7 @@ class DealtBuffer:
                     early.update(indices[: max(0, self._max_items * 4 - len(early))])
                 return
             for index in indices[: max(0, self._max_items * 4 - len(split.had))]:
-                entry = split.items.pop(index, None)
+                entry = split.pop(index)
                 if entry is not None:
                     self._items -= 1
                     self._bytes -= entry[1]
@@ -203,7 +232,7 @@ class DealtBuffer:
                 return [], [], None
             items, taken = [], []
             for index in indices:
-                entry = split.items.pop(index, None)
+                entry = split.pop(index)
                 if entry is None:
                     break
                 items.append(entry[0])
@@ -238,8 +267,9 @@ class DealtBuffer:
 
     def _drop(self, split: _Split) -> None:
         self._items -= len(split.items)
-        self._bytes -= sum(nbytes for _, nbytes in split.items.values())
+        self._bytes -= split.nbytes
         split.items.clear()
+        split.nbytes = 0
 
     @property
     def ended(self) -> bool:
