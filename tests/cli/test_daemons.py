@@ -96,13 +96,6 @@ def test_up_registers_workers_restarts_a_crashed_one_and_exits_0_on_sigint(tmp_p
     assert "Traceback" not in up.stderr
 
 
-def test_worker_without_dispatcher_fails_with_one_line():
-    completed = run("worker")
-    assert completed.returncode != 0
-    assert "dispatcher address is required" in completed.stderr
-    assert "Traceback" not in completed.stderr
-
-
 def test_worker_warns_within_seconds_when_its_dispatcher_refuses():
     address = f"tcp://127.0.0.1:{free_port()}"
     with zmqdata("worker", "--dispatcher", address) as worker:
