@@ -4,7 +4,7 @@ Each reads its section of a config file (``--config``, else ``ZMQDATA_CONFIG``,
 else ``./zmqdata.yaml``), with ``ZMQDATA_<SECTION>__<FIELD>`` variables over
 it and flags over those; logs one line per lifecycle event (the bound,
 advertised and metrics addresses at start), logs ``<name> ready: <address>``
-once serving, stops cleanly on SIGINT/SIGTERM (exit 0) and exits non-zero with
+once serving (a worker: once registered with its dispatcher), stops cleanly on SIGINT/SIGTERM (exit 0) and exits non-zero with
 a one-line reason on bad configuration.
 """
 
@@ -203,7 +203,13 @@ def worker(
         thread_pools.own_process(config.threads)
         return service.WorkerServer(config)
 
-    serve("worker", build, lambda server: server.address, announce_worker)
+    serve(
+        "worker",
+        build,
+        lambda server: server.address,
+        announce_worker,
+        ready=lambda server: server.registered(),
+    )
 
 
 def announce_dispatcher(server: service.DispatchServer) -> None:
@@ -232,9 +238,13 @@ def announce_dispatcher(server: service.DispatchServer) -> None:
 def announce_worker(server: service.WorkerServer) -> None:
     """Logs the worker's dispatcher and metrics addresses.
 
-    (The worker logs its bound and advertised addresses when it starts.)
+    (The worker logs its bound and advertised addresses when it starts, and
+    ``worker ready`` once registered.)
     """
     log = logging.getLogger("zmqdata.worker")
-    log.info("worker dispatcher: %s", server.config.dispatcher_address)
+    log.info(
+        "worker started, registering with the dispatcher at %s",
+        server.config.dispatcher_address,
+    )
     if server.metrics_address:
         log.info("worker metrics: http://%s/metrics", server.metrics_address)

@@ -58,7 +58,7 @@ def test_dispatcher_listens_on_5050_by_default_where_status_and_worker_look(
             r'attach trainers with: service\.distribute\(mode, "127\.0\.0\.1:5050"\)'
         )
         with zmqdata("worker", prefix=inside) as worker:  # no address given
-            worker.wait_for_line(r"worker dispatcher: (tcp://)?127\.0\.0\.1:5050$")
+            worker.wait_for_line(r"dispatcher at (tcp://)?127\.0\.0\.1:5050$")
 
             def workers() -> int:
                 status = run("status", "--json", prefix=inside)
