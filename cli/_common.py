@@ -96,19 +96,22 @@ def serve(
     build: Callable[[], Any],
     describe: Callable[[Any], str],
     announce: Callable[[Any], None] = lambda server: None,
+    ready: Callable[[Any], bool] = lambda server: True,
 ) -> None:
     """Builds a server, logs ``<name> ready: <address>``, serves until a signal.
 
-    ``announce(server)`` logs more about it (addresses, hints) just before.
+    ``announce(server)`` logs more about it (addresses, hints) first; the
+    ready line waits until ``ready(server)`` (a worker: registered).
     """
     role = logging.getLogger(f"zmqdata.{name}")
     with stop_on_signals() as stop:
         server = start_server(name, build)
         announce(server)
-        role.info("%s ready: %s", name, describe(server))
         try:
-            while not stop.wait(0.5):
-                server.join(timeout=0)  # raises if a server loop died
+            _watch(server, stop, lambda: ready(server), every=0.05)
+            if not stop.is_set():
+                role.info("%s ready: %s", name, describe(server))
+            _watch(server, stop, lambda: False, every=0.5)
         except ZmqDataError as error:
             server.stop()
             raise click.ClickException(f"{name} failed: {error}") from None
@@ -118,6 +121,14 @@ def serve(
             drain()
         server.stop()
         role.info("%s stopped", name)
+
+
+def _watch(
+    server: Any, stop: threading.Event, done: Callable[[], bool], every: float
+) -> None:
+    """Waits until ``done()`` or ``stop``; raises if a server loop died."""
+    while not done() and not stop.wait(every):
+        server.join(timeout=0)
 
 
 def is_loopback(host: str) -> bool:

@@ -4,7 +4,7 @@ Each reads its section of a config file (``--config``, else ``ZMQDATA_CONFIG``,
 else ``./zmqdata.yaml``), with ``ZMQDATA_<SECTION>__<FIELD>`` variables over
 it and flags over those; logs one line per lifecycle event (the bound,
 advertised and metrics addresses at start), logs ``<name> ready: <address>``
-once serving, stops cleanly on SIGINT/SIGTERM (exit 0) and exits non-zero with
+once serving (a worker: once registered with its dispatcher), stops cleanly on SIGINT/SIGTERM (exit 0) and exits non-zero with
 a one-line reason on bad configuration.
 """
 
@@ -19,13 +19,12 @@ from zmqdata_cli._common import check_exposure, load_deployment, serve
 from zmqdata_cli.logs import daemon_logging
 
 from zmqdata import service
+from zmqdata._config import LOCAL_DISPATCHER, WELL_KNOWN_PORT
 from zmqdata._dispatcher import journal
 from zmqdata._runtime import hostaddr, tuning, yaml_config
 from zmqdata._runtime import threads as thread_pools
 from zmqdata.errors import UnavailableError
 
-DEFAULT_PORT = 5050
-"""The dispatcher's well-known port when neither a flag nor the config sets one."""
 DISPATCHER_ENV = "ZMQDATA_DISPATCHER"
 # A documentation address (RFC 5737): a UDP connect towards it picks the
 # default route's source address and sends nothing.
@@ -53,7 +52,7 @@ _insecure_option = click.option(
     "--port",
     type=int,
     default=None,
-    help=f"Port (0: any free) [default: dispatcher.port of the config, else {DEFAULT_PORT}].",
+    help=f"Port (0: any free) [default: dispatcher.port of the config, else {WELL_KNOWN_PORT}].",
 )
 @click.option("--work-dir", default=None, help="Directory for the journal.")
 @click.option(
@@ -93,7 +92,7 @@ def dispatcher(
             section,
             insecure,
             host=host,
-            port=section.get("port", DEFAULT_PORT) if port is None else port,
+            port=section.get("port", WELL_KNOWN_PORT) if port is None else port,
             work_dir=work_dir,
             fault_tolerant_mode=fault_tolerant or None,
         )
@@ -137,7 +136,8 @@ def build_dispatcher(
     default=None,
     envvar=DISPATCHER_ENV,
     help="Dispatcher address, host:port or tcp://host:port "
-    f"[default: ${DISPATCHER_ENV}, else worker.dispatcher_address of the config].",
+    f"[default: ${DISPATCHER_ENV}, else worker.dispatcher_address of the config, "
+    f"else {LOCAL_DISPATCHER}].",
 )
 @click.option("--host", default=None, help="Interface to bind [default: 127.0.0.1].")
 @click.option(
@@ -189,7 +189,8 @@ def worker(
     def build() -> service.WorkerServer:
         config = yaml_config.worker_config(
             section,
-            dispatcher_address=dispatcher_address,
+            dispatcher_address=dispatcher_address
+            or section.get("dispatcher_address", LOCAL_DISPATCHER),
             host=host,
             port=port,
             worker_address=worker_address,
@@ -202,7 +203,13 @@ def worker(
         thread_pools.own_process(config.threads)
         return service.WorkerServer(config)
 
-    serve("worker", build, lambda server: server.address, announce_worker)
+    serve(
+        "worker",
+        build,
+        lambda server: server.address,
+        announce_worker,
+        ready=lambda server: server.registered(),
+    )
 
 
 def announce_dispatcher(server: service.DispatchServer) -> None:
@@ -231,9 +238,13 @@ def announce_dispatcher(server: service.DispatchServer) -> None:
 def announce_worker(server: service.WorkerServer) -> None:
     """Logs the worker's dispatcher and metrics addresses.
 
-    (The worker logs its bound and advertised addresses when it starts.)
+    (The worker logs its bound and advertised addresses when it starts, and
+    ``worker ready`` once registered.)
     """
     log = logging.getLogger("zmqdata.worker")
-    log.info("worker dispatcher: %s", server.config.dispatcher_address)
+    log.info(
+        "worker started, registering with the dispatcher at %s",
+        server.config.dispatcher_address,
+    )
     if server.metrics_address:
         log.info("worker metrics: http://%s/metrics", server.metrics_address)

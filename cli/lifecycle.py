@@ -2,7 +2,8 @@
 
 ``--daemon`` starts ``zmqdata up`` again as a process of its own session
 (no terminal, stdin from /dev/null, stdout and stderr appended to the log
-file), writes its pid to the pid file, and returns once the deployment is
+file), writes its pid to the pid file (by default both in ``STATE_DIR``,
+which git ignores), and returns once the deployment is
 ready (exit 0) or has failed (exit 1, with the log's last lines). The
 background ``up`` removes the pid file when it ends. ``zmqdata stop`` sends
 it SIGTERM and waits until it is gone (``up`` stops its workers first), or
@@ -32,7 +33,12 @@ from zmqdata._runtime import clock
 
 logger = logging.getLogger("zmqdata.cli")
 
-DEFAULT_PID_FILE = "zmqdata.pid"
+STATE_DIR = ".zmqdata"
+"""Where ``up --daemon`` keeps its pid and log files by default, in the working
+directory; it holds a ``.gitignore`` of ``*``, so git ignores it."""
+DEFAULT_PID_FILE = f"{STATE_DIR}/zmqdata.pid"
+OLD_PID_FILE = "zmqdata.pid"
+"""0.1's default pid file: ``zmqdata stop`` still finds a deployment it started."""
 READY_TIMEOUT_S = 120.0
 READY_LINE = "deployment ready: "
 STOP_TIMEOUT_S = 30.0
@@ -112,13 +118,23 @@ def own_pid_file(pid_file: str) -> None:
     atexit.register(remove)
 
 
-def detach(pid_file: str, log_file: str | None) -> None:
+def make_state_dir() -> None:
+    """Creates ``STATE_DIR`` with a ``.gitignore`` that keeps it out of git."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    ignore = Path(STATE_DIR, ".gitignore")
+    if not ignore.exists():
+        ignore.write_text("# made by zmqdata up --daemon\n*\n")
+
+
+def detach(pid_file: str | None, log_file: str | None) -> None:
     """Starts this ``zmqdata up`` command in the background and exits.
 
     Exits 0 once the background deployment logs that it is ready, 1 if it
     ends first (its log's last lines shown) or is already running.
+    ``pid_file`` None: ``DEFAULT_PID_FILE``.
     """
-    pid_file = os.path.abspath(pid_file)
+    in_state_dir = pid_file is None
+    pid_file = os.path.abspath(pid_file or DEFAULT_PID_FILE)
     log_path = os.path.abspath(log_file or log_file_for(pid_file))
     running = _clear_stale(pid_file)
     if running is not None:
@@ -128,6 +144,8 @@ def detach(pid_file: str, log_file: str | None) -> None:
         )
     argv = [*_without_daemon(sys.argv[1:]), "--pid-file", pid_file]
     try:
+        if in_state_dir:
+            make_state_dir()
         for path in (pid_file, log_path):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(pid_file).touch()
@@ -236,7 +254,7 @@ def daemon_options(command: F) -> F:
         **kwargs: Any,
     ) -> Any:
         if daemon:
-            detach(pid_file or DEFAULT_PID_FILE, log_file)
+            detach(pid_file, log_file)
             return None
         if log_file is not None:
             raise click.UsageError("--log-file needs --daemon")
@@ -258,8 +276,8 @@ def daemon_options(command: F) -> F:
 )
 @daemon_logging()  # type: ignore[untyped-decorator]
 def stop(pid_file: str | None, timeout: float) -> None:
-    """Stop a deployment started with `zmqdata up --daemon` (alias: down)."""
-    pid_file = pid_file or DEFAULT_PID_FILE
+    """Stop a deployment started with `zmqdata up --daemon` (alias: `zmqdata down`)."""
+    pid_file = pid_file or _default_pid_file()
     if read_pid(pid_file) is None:
         raise click.ClickException(
             f"no pid file {pid_file}: nothing started with zmqdata up --daemon "
@@ -281,3 +299,20 @@ def stop(pid_file: str | None, timeout: float) -> None:
         clock.sleep(0.1)
     _remove(pid_file)
     logger.info("deployment stopped (pid %d)", pid)
+
+
+def _default_pid_file() -> str:
+    """``DEFAULT_PID_FILE``, else 0.1's ``OLD_PID_FILE`` if only that one exists."""
+    if not os.path.exists(DEFAULT_PID_FILE) and os.path.exists(OLD_PID_FILE):
+        return OLD_PID_FILE
+    return DEFAULT_PID_FILE
+
+
+down = click.Command(
+    "down",
+    callback=stop.callback,
+    params=stop.params,
+    help="Alias of `zmqdata stop`: stop a deployment started with "
+    "`zmqdata up --daemon`.",
+)
+"""``zmqdata down``: ``zmqdata stop`` under another name, saying so in its help."""

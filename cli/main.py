@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 from zmqdata_cli.daemons import dispatcher, worker
 from zmqdata_cli.keygen import keygen
-from zmqdata_cli.lifecycle import stop
+from zmqdata_cli.lifecycle import down, stop
 from zmqdata_cli.logs import configure_logging
 from zmqdata_cli.status import status
 from zmqdata_cli.trace import trace
@@ -42,7 +42,7 @@ main.add_command(status)
 main.add_command(trace)
 main.add_command(keygen)
 main.add_command(stop)
-main.add_command(stop, name="down")
+main.add_command(down)
 
 if __name__ == "__main__":
     main()

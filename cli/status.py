@@ -11,10 +11,12 @@ from typing import Any
 
 import click
 from zmqdata_cli._common import stop_on_signals
+from zmqdata_cli.daemons import DISPATCHER_ENV
 from zmqdata_cli.logs import verbose_option
 from zmqdata_cli.status_view import render
 
 from zmqdata import observe, service
+from zmqdata._config import LOCAL_DISPATCHER
 from zmqdata.errors import PermissionDeniedError, ZmqDataError
 
 __all__ = ["render", "status"]
@@ -29,19 +31,19 @@ dispatcher_option = click.option(
     "address",
     default=None,
     metavar="HOST:PORT",
-    envvar="ZMQDATA_DISPATCHER",
-    help="Dispatcher address, host:port [default: $ZMQDATA_DISPATCHER].",
+    envvar=DISPATCHER_ENV,
+    help=f"Dispatcher address, host:port [default: ${DISPATCHER_ENV}, else "
+    f"{LOCAL_DISPATCHER}, the local dispatcher's well-known address].",
 )
 """The ``--dispatcher`` option of the commands that ask a dispatcher."""
 
 
 def dispatcher_address(given: str | None) -> str:
-    """The dispatcher to ask: ``--dispatcher`` (the one place defaults go)."""
-    if given:
-        return given
-    raise click.UsageError(
-        "Missing option '--dispatcher' (host:port), and ZMQDATA_DISPATCHER is not set."
-    )
+    """The dispatcher to ask: ``--dispatcher``, else the local one.
+
+    (The one place the commands that ask a dispatcher take their default.)
+    """
+    return given or LOCAL_DISPATCHER
 
 
 def fetch(address: str, timeout: float) -> dict[str, Any]:

@@ -362,7 +362,12 @@ def up(
     autoscale_cooldown: float,
     max_crashes: int,
 ) -> None:
-    """Run a dispatcher and the file's `workers:` worker processes, supervised."""
+    """Run a dispatcher and the file's `workers:` worker processes, supervised.
+
+    FILE is a YAML deployment file: a `dispatcher:` section, a `worker:`
+    section and `workers:`, the number of worker processes (docs/deployment.md;
+    configs/local.yaml is a local one: zmqdata up configs/local.yaml).
+    """
     bounds = None if scale_range is None else ScaleRange.parse(scale_range)
     deployment = load_deployment(config_file)
     config_file = os.path.abspath(config_file)

@@ -235,11 +235,40 @@ def test_service_dataset_is_not_sharded_by_the_adapter(
 
     target = cluster(num_workers=2).target
     ds = zd.Dataset.range(20).apply(service.distribute("distributed_epoch", target))
-    adapter = IterableDataset(ds.batch(4), rank=1, world_size=2)
-    assert adapter.shard_of(ds.batch(4)) is None  # the service shards it
+    adapter = IterableDataset(ds.batch(4), rank=1, world_size=2, shard=False)
+    assert IterableDataset(ds.batch(4)).shard_of(ds.batch(4)) is None
     batches = list(_loader(torch, adapter))
     assert all(isinstance(b, torch.Tensor) for b in batches)
     assert sorted(torch.cat(batches).tolist()) == list(range(20))
+
+
+def test_an_unnamed_service_read_under_several_ranks_is_refused(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from zmqdata.errors import InvalidArgumentError
+    from zmqdata.torch import IterableDataset
+
+    mode = service.distribute("distributed_epoch", cluster().target)
+    adapter = IterableDataset(zd.Dataset.range(4).apply(mode), rank=1, world_size=2)
+    with pytest.raises(InvalidArgumentError) as caught:
+        next(iter(adapter))
+    for words in ("rank 1 of world_size=2", "job_name=run_id", "shard=False"):
+        assert words in str(caught.value)
+
+
+def test_an_unnamed_service_read_under_two_workers_reads_each_element_once(
+    torch: Any, cluster: Callable[..., Cluster], fast_heartbeats: None
+) -> None:
+    """docs/frameworks.md's first loader, copied as shown: no job_name."""
+    from zmqdata.torch import IterableDataset
+
+    target = cluster(num_workers=2).target
+    ds = zd.Dataset.range(40).apply(service.distribute("distributed_epoch", target))
+    adapter = IterableDataset(ds)
+    loader = _loader(torch, adapter, num_workers=2)
+    for _ in range(2):  # fresh worker processes each epoch: one job still
+        assert _ints(loader) == list(range(40))
+    assert IterableDataset(ds).job_name != adapter.job_name  # a new run: a new job
 
 
 def test_service_job_shared_by_two_workers_reads_each_element_once(

@@ -6,6 +6,9 @@ each rank (or process) a consumer of the job, dealt its share in turn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from zmqdata._dataset.constants import INFINITE_CARDINALITY
 from zmqdata._dataset.node import Node
 from zmqdata._wire.modes import ShardingPolicy
@@ -37,22 +40,41 @@ def takes_consumers(node: Node) -> bool:
     )
 
 
+def unnamed(node: Node) -> bool:
+    """Whether ``node`` is a service read that splits the data in a job of its own.
+
+    A read with no ``job_name`` in any mode but ``parallel_epochs``: each
+    consumer gets a job of its own, so several consumers read every element
+    each (under ``parallel_epochs`` every worker produces the whole dataset
+    anyway).
+    """
+    return (
+        node.op == "data_service"
+        and node.args.get("job_name") is None
+        and node.args.get("processing_mode") != int(ShardingPolicy.OFF)
+    )
+
+
 def with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
     """``node`` with ``num_consumers``/``consumer_index`` set on its open reads.
 
     Only the nodes from the root down to such a read are rebuilt (fresh nodes,
     so the caller's dataset is left as it was); the rest is shared.
     """
-    inputs = tuple(
-        with_consumers(child, num_consumers, consumer_index) for child in node.inputs
-    )
-    if takes_consumers(node):
-        args = {
-            **node.args,
-            "num_consumers": num_consumers,
-            "consumer_index": consumer_index,
-        }
-        return Node(node.op, args, inputs)
+    args = {"num_consumers": num_consumers, "consumer_index": consumer_index}
+    return _with_args(node, takes_consumers, args)
+
+
+def with_job_name(node: Node, job_name: str) -> Node:
+    """``node`` with ``job_name`` set on its ``unnamed`` reads (as ``with_consumers``)."""
+    return _with_args(node, unnamed, {"job_name": job_name})
+
+
+def _with_args(node: Node, takes: Callable[[Node], bool], args: dict[str, Any]) -> Node:
+    """``node`` with ``args`` set on the nodes ``takes`` accepts; the rest shared."""
+    inputs = tuple(_with_args(child, takes, args) for child in node.inputs)
+    if takes(node):
+        return Node(node.op, {**node.args, **args}, inputs)
     if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
         return node
     return Node(node.op, node.args, inputs)

@@ -21,6 +21,12 @@ from zmqdata._wire.address import PROTOCOLS, parse_target
 from zmqdata.errors import InvalidArgumentError
 
 DATA_PROTOCOLS = ("tcp", "ipc", "inproc")
+WELL_KNOWN_PORT = 5050
+"""The dispatcher's well-known port: ``zmqdata dispatcher`` listens there
+unless told otherwise (``DispatcherConfig.port`` itself defaults to 0)."""
+LOCAL_DISPATCHER = f"127.0.0.1:{WELL_KNOWN_PORT}"
+"""Where ``zmqdata status``, ``trace`` and ``worker`` look for a dispatcher
+when given no address: the local one on the well-known port."""
 REQUEST_OVERHEAD_BYTES = 1 << 20
 """What a dispatcher request may hold besides a registration's pipeline and
 element spec (``DispatcherConfig.max_request_bytes``)."""

@@ -19,8 +19,12 @@ Who reads what:
   exactly once across all of them;
 * a *service* pipeline (``distribute`` / ``from_dataset_id``) is not sharded
   here: the service does it. Each ``DataLoader`` worker (in each rank) is one
-  consumer of the job, so give the job a ``job_name`` shared by all of them and
-  use ``"distributed_epoch"`` to read every element once overall. On a finite
+  consumer of the job. A read that names no ``job_name`` gets one from the
+  adapter (``IterableDataset.job_name``, new for each adapter) when it has
+  several ``DataLoader`` workers, so they share one job and read every
+  element once per epoch; several ranks cannot share a name made in each,
+  so there the read must name a ``job_name`` shared by every rank and new
+  for each run (else ``__iter__`` refuses). On a finite
   dataset, when there are several readers and the read names no
   ``num_consumers``, the adapter fills in ``num_consumers=world_size *
   num_workers`` and ``consumer_index=rank * num_workers + worker_id``: a
@@ -46,14 +50,17 @@ A full example is ``IterableDataset``'s docstring and ``docs/frameworks.md``.
 from __future__ import annotations
 
 import multiprocessing
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from zmqdata._adapters import takes_consumers as _takes_consumers
+from zmqdata._adapters import unnamed as _unnamed
 from zmqdata._adapters import uses_service as _uses_service
 from zmqdata._adapters import with_consumers as _with_consumers
+from zmqdata._adapters import with_job_name as _with_job_name
 from zmqdata._dataset.dataset import Dataset
 from zmqdata.errors import InvalidArgumentError
 
@@ -182,8 +189,11 @@ def _make_class() -> type:
                 reads from the service, the service shards it, and a finite
                 ``distributed_epoch`` read of a named job without
                 ``num_consumers`` gets ``num_consumers`` and
-                ``consumer_index`` filled in (``consumers_of``). ``False``:
-                neither (a first-come-first-served read stays one).
+                ``consumer_index`` filled in (``consumers_of``), and a read
+                with no ``job_name`` gets ``job_name`` under several
+                ``DataLoader`` workers (refused under several ranks).
+                ``False``: none of these (a first-come-first-served read stays
+                one; an unnamed read gives each reader a job of its own).
 
         Batch in zmqdata and pass ``batch_size=None`` to the ``DataLoader``:
 
@@ -227,6 +237,11 @@ def _make_class() -> type:
             self.rank = rank
             self.world_size = world_size
             self.shard = shard
+            self.job_name = f"zmqdata.torch-{uuid.uuid4().hex}"
+            """The ``job_name`` of the service reads that name none, when this
+            process's ``DataLoader`` workers read them: made here, so every
+            worker (spawned or forked from this object) shares it, and new for
+            each adapter, so a new run never joins an old run's job."""
             # A spawn-context value also works in forked workers (nothing is
             # pickled there), while a fork-context one cannot reach spawned ones.
             self._live: Any = None
@@ -291,6 +306,30 @@ def _make_class() -> type:
             readers = self.world_size * workers
             return (readers, self.rank * workers + worker) if readers > 1 else None
 
+        def _named(self, dataset: Dataset) -> Dataset:
+            """``dataset`` with ``job_name`` on its unnamed reads, if several read it.
+
+            Raises ``InvalidArgumentError`` for an unnamed read under several
+            ranks: they would each read every element.
+            """
+            if self.shard is not None or not any(
+                _unnamed(n) for n in dataset._node.walk()
+            ):
+                return dataset
+            if self.world_size > 1:
+                raise InvalidArgumentError(
+                    f"zmqdata.torch.IterableDataset: rank {self.rank} of "
+                    f"world_size={self.world_size} reads a service pipeline whose "
+                    "read names no job_name, so every rank would read every "
+                    "element: pass distribute(..., job_name=run_id), the same on "
+                    "every rank and new for each run, or shard=False to give each "
+                    "reader a job of its own"
+                )
+            info = torch.utils.data.get_worker_info()
+            if info is None or info.num_workers == 1:
+                return dataset
+            return Dataset(_with_job_name(dataset._node, self.job_name))
+
         def _with_consumers(self, dataset: Dataset) -> Dataset:
             consumers = self.consumers_of(dataset)
             if consumers is None:
@@ -316,7 +355,7 @@ def _make_class() -> type:
             return int(started // readers)
 
         def __iter__(self) -> Iterator[Any]:
-            dataset = self._dataset()
+            dataset = self._named(self._dataset())
             consumers = self.consumers_of(dataset)
             dataset = self._with_consumers(dataset)
             _start_at_epoch(dataset, self._epoch())

@@ -44,8 +44,11 @@ def namespace() -> Iterator[list[str]]:
         netns.ip("netns", "delete", name)
 
 
-def test_dispatcher_listens_on_5050_by_default_and_says_how_to_attach(namespace):
-    with zmqdata("dispatcher", prefix=namespace) as proc:
+def test_dispatcher_listens_on_5050_by_default_where_status_and_worker_look(
+    namespace,
+):
+    inside = [*namespace, "env", "-u", "ZMQDATA_DISPATCHER"]
+    with zmqdata("dispatcher", prefix=inside) as proc:
         proc.wait_for_line(r"dispatcher ready: tcp://127\.0\.0\.1:5050$")
         proc.wait_for_line(
             r"attach workers with: zmqdata worker --dispatcher 127\.0\.0\.1:5050 "
@@ -54,6 +57,16 @@ def test_dispatcher_listens_on_5050_by_default_and_says_how_to_attach(namespace)
         proc.wait_for_line(
             r'attach trainers with: service\.distribute\(mode, "127\.0\.0\.1:5050"\)'
         )
+        with zmqdata("worker", prefix=inside) as worker:  # no address given
+            worker.wait_for_line(r"dispatcher at (tcp://)?127\.0\.0\.1:5050$")
+
+            def workers() -> int:
+                status = run("status", "--json", prefix=inside)
+                assert status.returncode == 0, status.stderr
+                return len(json.loads(status.stdout)["workers"])
+
+            poll_for(lambda: workers() == 1, 20)
+            assert worker.stop() == 0
         assert proc.stop() == 0
 
 
@@ -102,12 +115,6 @@ def test_without_zmqdata_dispatcher_the_api_says_what_to_set(monkeypatch):
     monkeypatch.setenv("ZMQDATA_DISPATCHER", "nohost")
     with pytest.raises(ValueError, match="ZMQDATA_DISPATCHER 'nohost': expected host"):
         service.distribute("parallel_epochs")
-
-
-def test_status_without_an_address_says_so():
-    completed = run("status", prefix=["env", "-u", "ZMQDATA_DISPATCHER"])
-    assert completed.returncode != 0
-    assert "--dispatcher" in completed.stderr
 
 
 def test_config_is_the_flag_else_the_variable_else_the_local_file(

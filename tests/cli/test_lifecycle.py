@@ -30,13 +30,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture
-def pid_file(tmp_path: Path) -> Iterator[Path]:
-    """A pid file path; whatever it names at the end is killed with its group."""
-    path = tmp_path / "run" / "zd.pid"
+def _killed_at_end(path: Path) -> Iterator[Path]:
+    """``path``, a pid file; whatever it names at the end is killed with its group."""
     yield path
     with suppress(OSError, ValueError):
         os.killpg(int(path.read_text()), signal.SIGKILL)
+
+
+@pytest.fixture
+def pid_file(tmp_path: Path) -> Iterator[Path]:
+    """A pid file path, passed as ``--pid-file``."""
+    yield from _killed_at_end(tmp_path / "run" / "zd.pid")
+
+
+@pytest.fixture
+def default_pid_file(tmp_path: Path) -> Iterator[Path]:
+    """The default pid file of ``zmqdata up --daemon`` run in ``tmp_path``."""
+    yield from _killed_at_end(tmp_path / ".zmqdata" / "zmqdata.pid")
 
 
 def _config(tmp_path: Path, workers: int = 2) -> str:
@@ -49,12 +59,22 @@ def _config(tmp_path: Path, workers: int = 2) -> str:
     return str(config)
 
 
-def test_up_daemon_then_stop_leaves_nothing_running(tmp_path, pid_file):
-    started = run(
-        "up", _config(tmp_path), "--daemon", "--pid-file", str(pid_file), timeout=60
-    )
+def test_up_daemon_then_stop_leaves_nothing_running(tmp_path, default_pid_file):
+    """With the default pid file: in .zmqdata/, which git ignores, with the log."""
+    pid_file = default_pid_file
+    here = ["env", "-C", str(tmp_path)]
+    started = run("up", _config(tmp_path), "--daemon", timeout=60, prefix=here)
     assert started.returncode == 0, started.stderr
     assert "running in the background" in started.stderr
+    assert sorted(os.listdir(tmp_path)) == [".zmqdata", "up.yaml"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    untracked = subprocess.run(
+        ["git", "-C", str(tmp_path), "status", "--porcelain", "--untracked=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert untracked.stdout.splitlines() == ["?? up.yaml"]
     pid = int(pid_file.read_text())
     log = pid_file.with_suffix(".log").read_text()
     target = re.search(r"deployment ready: dispatcher (\S+),", log).group(1)
@@ -63,11 +83,11 @@ def test_up_daemon_then_stop_leaves_nothing_running(tmp_path, pid_file):
     assert len(service.get_status(target)["workers"]) == 2
     assert all(map(_alive, [pid, *workers]))
 
-    again = run("up", _config(tmp_path), "--daemon", "--pid-file", str(pid_file))
+    again = run("up", _config(tmp_path), "--daemon", prefix=here)
     assert again.returncode == 1
     assert f"already running (pid {pid}" in again.stderr
 
-    stopped = run("stop", "--pid-file", str(pid_file))
+    stopped = run("stop", prefix=here)
     assert stopped.returncode == 0, stopped.stderr
     assert f"deployment stopped (pid {pid})" in stopped.stderr
     assert not pid_file.exists()
@@ -105,6 +125,16 @@ def test_a_stale_pid_file_is_reported_and_removed(pid_file, command):
     assert completed.returncode == 0, completed.stderr
     assert f"stale pid file {pid_file}: process {pid} is gone" in completed.stderr
     assert not pid_file.exists()
+
+
+def test_stop_finds_the_pid_file_of_0_1_in_the_working_directory(tmp_path):
+    old = tmp_path / "zmqdata.pid"  # 0.1's default; --daemon now uses .zmqdata/
+    pid = _dead_pid()
+    old.write_text(f"{pid}\n")
+    completed = run("stop", prefix=["env", "-C", str(tmp_path)])
+    assert completed.returncode == 0, completed.stderr
+    assert f"stale pid file zmqdata.pid: process {pid} is gone" in completed.stderr
+    assert not old.exists()
 
 
 def test_stop_without_a_pid_file_fails_with_one_line(tmp_path):

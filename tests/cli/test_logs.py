@@ -46,7 +46,8 @@ def test_every_line_of_dispatcher_and_worker_has_time_level_and_role():
     assert "zmqdata.dispatcher" in check_lines(dispatcher.lines)
     assert "zmqdata.worker" in check_lines(worker.lines)
     assert any("worker bound tcp://" in line for line in worker.lines)
-    assert any("worker dispatcher: " + target in line for line in worker.lines)
+    registering = "worker started, registering with the dispatcher at " + target
+    assert any(registering in line for line in worker.lines)
 
 
 def test_a_configuration_error_is_a_log_line():

@@ -9,7 +9,7 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, ints
-from zmqdata.errors import InvalidArgumentError
+from zmqdata.errors import InvalidArgumentError, NotFoundError
 
 INT64 = np.dtype(np.int64)
 
@@ -268,6 +268,23 @@ def test_list_files_no_match_names_the_pattern(tmp_path):
         zd.Dataset.list_files(pattern)
     with pytest.raises(ValueError, match="nothing-"):
         zd.Dataset.list_files([pattern])
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        zd.Dataset.list_files,
+        zd.Dataset.from_tfrecord,
+        zd.Dataset.from_webdataset,
+        zd.Dataset.from_parquet,
+    ],
+)
+def test_a_missing_path_raises_not_found_naming_it(tmp_path, read):
+    """docs/sources.md: a missing file fails with ``NotFoundError`` naming it."""
+    missing = str(tmp_path / "absent.bin")
+    with pytest.raises(NotFoundError, match=r"absent\.bin") as caught:
+        read(missing)
+    assert isinstance(caught.value, InvalidArgumentError)  # as before
 
 
 # ---------------------------------------------------------------- common members

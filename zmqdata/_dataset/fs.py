@@ -33,6 +33,13 @@ from zmqdata.errors import InvalidArgumentError, NotFoundError
 _GLOB_CHARS = "*?["
 
 
+class NoFileError(NotFoundError, InvalidArgumentError):
+    """No file matches a path or glob, or it cannot be listed (naming it).
+
+    A ``NotFoundError``; an ``InvalidArgumentError`` too, as it was before.
+    """
+
+
 TEMPORARY = ".tmp"
 """How the names of ``writing``'s temporary files end (they start with ".")."""
 
@@ -49,8 +56,8 @@ def _local(path: str) -> str:
 def expand(patterns: str | Sequence[str], what: str = "paths") -> list[str]:
     """The files ``patterns`` name (globs expanded), sorted and unique.
 
-    Raises ``TypeError`` for a bad argument and ``InvalidArgumentError`` when
-    nothing matches, naming the pattern.
+    Raises ``TypeError`` for a bad argument and ``NoFileError`` (a
+    ``NotFoundError``) when nothing matches, naming the pattern.
     """
     listed = [patterns] if isinstance(patterns, str) else patterns
     if not isinstance(listed, list | tuple) or not listed:
@@ -65,7 +72,7 @@ def expand(patterns: str | Sequence[str], what: str = "paths") -> list[str]:
     for pattern in listed:
         found = _glob(pattern)
         if not found:
-            raise InvalidArgumentError(f"{what}: no file matches {pattern!r}")
+            raise NoFileError(f"{what}: no file matches {pattern!r}")
         files.update(found)
     return sorted(files)
 
@@ -80,7 +87,7 @@ def _glob(pattern: str) -> list[str]:
     except FileNotFoundError:
         return []
     except Exception as error:  # a denied credential, an unreachable endpoint
-        raise InvalidArgumentError(f"cannot list {pattern!r}: {error}") from error
+        raise NoFileError(f"cannot list {pattern!r}: {error}") from error
     return [_with_protocol(p, protocol) for p in found]
 
 

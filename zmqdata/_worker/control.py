@@ -97,6 +97,8 @@ class ControlLoop(PollLoop):
         """Set when draining took too long: the worker leaves with what it holds."""
         self.left = threading.Event()
         """Set once the dispatcher has taken this worker's leave."""
+        self.registered = threading.Event()
+        """Set once the dispatcher has first registered this worker."""
         self._tracer = data.tracer
         # What the worker registers as (host:port) and where consumers dial
         # it; set by WorkerServer.start() once the data socket is bound.
@@ -155,6 +157,8 @@ class ControlLoop(PollLoop):
         """Carries out what the core makes of a message encoded at ``version``."""
         now = time.monotonic() if now is None else now
         self._execute(self.core.handle(message, now, version), now)
+        if self.core.worker_id is not None and not self.registered.is_set():
+            self.registered.set()
 
     def on_tick(self, now: float) -> None:
         self._warn_if_silent(now)

@@ -129,6 +129,10 @@ class WorkerServer:
             control.data_address,
         )
 
+    def registered(self, timeout_s: float = 0.0) -> bool:
+        """Whether the dispatcher has registered this worker, waiting up to ``timeout_s``."""
+        return self._control.registered.wait(timeout_s)
+
     @property
     def metrics_address(self) -> str | None:
         """``host:port`` of the Prometheus endpoint (None without ``metrics_port``)."""
