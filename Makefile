@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-quick test-hosts demo lint type bench bench-compare soak clean
+.PHONY: test test-quick test-hosts test-containers demo lint type bench bench-compare soak clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,14 @@ test-quick: $(STAMP)
 
 test-hosts: $(STAMP)
 	$(PY) -m pytest tests/hosts -q
+
+# configs/Dockerfile built and configs/docker-compose.yaml run with podman and
+# podman-compose, on a base image debootstrapped offline, read end to end by a
+# trainer container (docs/deployment.md). Needs no venv; installs podman & co
+# with apt-get when missing (root); prints "SKIPPED: containers: <reason>"
+# where containers cannot run.
+test-containers:
+	PYTHON=$(PYTHON) bash tests/containers/run.sh
 
 # The demo needs only the core dependencies: a light .venv of its own stamp
 # (seconds to install), which a later `make test` completes with the dev extras.

@@ -191,12 +191,14 @@ def k8s_containers() -> list[Container]:
 
 def compose_containers() -> list[Container]:
     spec = compose()
-    contents = {
-        name: c.get("content", "") for name, c in spec.get("configs", {}).items()
-    }
     found = []
     for name, service in spec["services"].items():
-        files = {c["target"]: contents[c["source"]] for c in service.get("configs", [])}
+        volumes = [v.split(":") for v in service.get("volumes", [])]
+        files = {  # bind-mounted files of configs/ (relative to the compose file)
+            target: (CONFIGS / source).read_text()
+            for source, target, *_ in volumes
+            if source.startswith("./")
+        }
         health = service.get("healthcheck", {}).get("test", [])
         probes = [health[2:]] if health[:2] == ["CMD", "zmqdata"] else []
         found.append(
@@ -205,7 +207,7 @@ def compose_containers() -> list[Container]:
                 list(service["command"]),
                 probes,
                 dict(service.get("environment", {})),
-                [v.split(":")[1] for v in service.get("volumes", [])] + list(files),
+                [target for _, target, *_ in volumes],
                 [int(p.rsplit(":", 1)[1]) for p in service.get("ports", [])],
                 files,
             )

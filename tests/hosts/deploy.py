@@ -45,13 +45,19 @@ def container_commands(kind: str) -> tuple[list[tuple[str, list[str]]], str | No
 
     The dispatcher's service name becomes ``dispatcher-host`` (the cluster's
     DNS would resolve it). Also returns the deployment file both mount
-    (``CONFIG_PATH``: the compose ``configs:`` entry or the k8s ConfigMap).
+    (``CONFIG_PATH``: the file the compose services mount or the k8s ConfigMap).
     """
     configs = ROOT / "configs"
     if kind == "compose":
         services = yaml.safe_load((configs / "docker-compose.yaml").read_text())
         argv = {role: services["services"][role]["command"] for role in SERVICES}
-        config_map = services["configs"]["zmqdata"]["content"]
+        [config_map] = [
+            (configs / source).read_text()
+            for source, target, *_ in (
+                v.split(":") for v in services["services"]["worker"]["volumes"]
+            )
+            if target == CONFIG_PATH
+        ]
     else:
         argv, config_map = {}, None
         for role in SERVICES:
