@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 
 # tests/hosts runs hosts as network namespaces: needs root and `ip`; without them
 # it is skipped with a loud line (ZMQDATA_NO_NETNS=1 skips it on purpose).
+# The suite runs on JOBS processes at once (pytest-xdist): most tests wait on
+# timers, sockets and child processes, not on the CPU; those marked `exclusive`
+# run alone (tests/exclusive.py). JOBS=0 runs it in this one process.
+JOBS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest tests zmqdata cli -q
+	$(PY) -m pytest tests zmqdata cli -q -n $(JOBS) --dist loadgroup --durations=25
 
 # The suite without the slow process-churn, chaos and soak tests (CI runs them all).
 test-quick: $(STAMP)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from zmq.utils.garbage import GarbageCollectorThread
 
+from tests import exclusive
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from tests.service.validated import INVALID
@@ -103,3 +104,10 @@ def records_stay_valid(request: pytest.FixtureRequest) -> Iterator[None]:
         dispatcher_log.removeHandler(handler)
     if not request.node.get_closest_marker("breaks_records"):
         assert not handler.lines, handler.lines[:3]
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Runs an ``exclusive`` test alone when the suite runs on several workers."""
+    with exclusive.machine(item.get_closest_marker("exclusive") is not None):
+        yield

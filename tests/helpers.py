@@ -49,6 +49,8 @@ def run_tiny_bench(module: str, folder: str, timeout: float = 50.0) -> Any:
     imports) and read the result back as JSON.
     """
     import json
+    import os
+    import signal
     import subprocess
     import sys
     from pathlib import Path
@@ -57,16 +59,26 @@ def run_tiny_bench(module: str, folder: str, timeout: float = 50.0) -> Any:
 
     out = Path(folder) / "result.json"
     code = f"from tests import {module} as t; t.run_tiny({folder!r}, {str(out)!r})"
-    done = subprocess.run(
+    # Its own process group: a run cut short takes the deployments it started
+    # (``zmqdata up`` and their workers) with it.
+    with subprocess.Popen(
         [sys.executable, "-c", code],
-        check=False,
         cwd=ROOT,
         env=subprocess_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+        start_new_session=True,
+    ) as child:
+        try:
+            _, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            _, stderr = child.communicate()
+            raise AssertionError(
+                f"tests.{module}.run_tiny ran past {timeout} s: {stderr[-3000:]}"
+            ) from None
+    assert child.returncode == 0, stderr[-3000:]
     return json.loads(out.read_text())
 
 

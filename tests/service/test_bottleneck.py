@@ -20,7 +20,7 @@ from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from zmqdata import service
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.exclusive]  # times its ops
 
 
 TOOK: dict[str, list[float]] = {}

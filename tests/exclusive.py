@@ -1,0 +1,56 @@
+"""Tests that need the machine to themselves, in a suite run by several processes.
+
+``make test`` runs the suite on several pytest-xdist workers at once: most tests
+wait on timers, sockets and child processes, not on the CPU. A few measure
+time or rates, or load every core themselves; they carry
+``@pytest.mark.exclusive``. Each test holds a lock on one file shared by the
+run's workers (``PYTEST_XDIST_TESTRUNUID`` names it) from its setup to its
+teardown: an ordinary test a shared lock, an exclusive one the lock alone. A
+turnstile in front keeps the exclusive ones from waiting forever: a worker
+waiting for the lock alone holds the turnstile, so no new test starts until
+the running ones end. Without xdist nothing is locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+RUN_ID = "PYTEST_XDIST_TESTRUNUID"
+
+
+def _lock_files() -> tuple[Path, Path] | None:
+    run = os.environ.get(RUN_ID)
+    if not run:
+        return None
+    folder = Path(tempfile.gettempdir())
+    return (
+        folder / f"zmqdata-tests-{run}.turnstile",
+        folder / f"zmqdata-tests-{run}.lock",
+    )
+
+
+@contextmanager
+def machine(exclusive: bool) -> Iterator[None]:
+    """Holds the run's lock, shared or alone, while the block runs."""
+    files = _lock_files()
+    if files is None:
+        yield
+        return
+    turnstile_path, lock_path = files
+    with open(turnstile_path, "a") as turnstile, open(lock_path, "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
