@@ -42,7 +42,7 @@ def scrape(address: str) -> dict[str, float]:
     }
 
 
-def run_tiny_bench(module: str, folder: str, timeout: float = 50.0) -> Any:
+def run_tiny_bench(module: str, folder: str, timeout: float = 110.0) -> Any:
     """``tests.<module>.run_tiny(folder, out)`` in a fresh Python; what it wrote to ``out``.
 
     Bench smoke tests run their section in a subprocess (its workers, its

@@ -20,7 +20,7 @@ from tests.helpers import run_tiny_bench
 
 pytest.importorskip("jax", reason="bench/jax_steps.py needs JAX: pip install jax")
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(150)
 
 TINY_IMAGES = 70
 """Two batches: 64 images and 6 (zmqdata's workers may cut them elsewhere)."""

@@ -19,7 +19,7 @@ from bench import packing, peers, pipelines
 from bench.common import QUICK, Bench, Stat
 from tests.helpers import run_tiny_bench
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(150)
 
 
 def test_the_module_examples_hold():

@@ -17,7 +17,7 @@ from bench import peers, snapshots
 from bench.common import QUICK, Bench, Stat
 from tests.helpers import run_tiny_bench
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(150)
 
 TINY_IMAGES = 70
 """Two batches: 64 images and 6."""

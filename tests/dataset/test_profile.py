@@ -83,6 +83,7 @@ def read_timed(ds: zd.Dataset, stats: profile.Profile, count: int) -> None:
     stats.finish()
 
 
+@pytest.mark.exclusive  # compares measured times with slept ones
 def test_own_time_is_the_op_s_less_its_inputs_and_adds_up_to_the_producer_s():
     ds = zd.Dataset.range(10**6).map(slow).map(lambda x: x + 1)
     stats = profile.Profile(ds._node, every=4)

@@ -29,6 +29,7 @@ def pair(shaping: None) -> Iterator[veth.VethPair]:
         made.close()
 
 
+@pytest.mark.exclusive  # measures the links' rates
 @pytest.mark.timeout(60)
 def test_a_slow_link_gets_zstd_and_a_fast_one_does_not(pair, tmp_path) -> None:
     pair.limit("100mbit")
