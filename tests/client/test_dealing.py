@@ -556,6 +556,30 @@ def test_a_re_made_split_does_not_fill_the_buffer_with_what_was_delivered():
     assert sim.streams() == [["0.0", "0.2", "0.4", "0.6"], ["0.1", "0.3", "0.5", "0.7"]]
 
 
+def test_the_element_needed_first_gets_a_request_when_later_ones_hold_every_slot():
+    """Four requests parked on split 6's later elements held every slot to the
+    task, while the element needed first (5.0) held its full buffer."""
+    sim = Sim(
+        [0, 0, 0, 2, 4, 1, 1], 1, [0, 0, 0, 0, 1, 0, 0], random.Random(1), capacity=1
+    )
+    sim.run(max_steps=5_000)
+    assert sim.streams() == [["3.0", "3.1", "4.0", "4.1", "4.2", "4.3", "5.0", "6.0"]]
+
+
+def test_a_lost_split_handed_after_the_one_being_made_is_made_although_the_buffer_is_full():
+    """The heir held 5.0 (no reader can locate it before split 0 is counted)
+    and waited for room to put 7.0, before it would open the lost split 0."""
+    sim = Sim(
+        [0, 0, 0, 0, 0, 1, 0, 1],
+        3,
+        [q % 2 for q in range(8)],
+        random.Random(1),
+        capacity=1,
+    )
+    sim.run(lose_at=137, max_steps=5_000)
+    assert sim.streams() == [[], [], []]
+
+
 # ------------------------------------------------------------------ the plan's steps
 
 

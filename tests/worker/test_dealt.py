@@ -375,6 +375,25 @@ def test_a_split_made_again_goes_past_the_bound_while_a_request_awaits_it(stop):
     assert putter.done()
 
 
+def test_a_split_handed_here_after_the_one_being_made_lets_it_past_the_bound(stop):
+    buffer = holding(5)  # nobody locates 5.0 before split 0 is counted
+    buffer.open(7, 0)
+    putter = Putter(lambda: buffer.put(7, 0, Raw(0), 8, stop))
+    assert putter.blocked()  # nothing awaited: the bound holds
+    assert answer(request(0, 0), buffer) is None  # split 0, lost, handed here
+    assert putter.done()  # this producer opens split 0 once split 7 is made
+    assert putter.error is None
+
+
+def test_a_put_into_a_split_released_before_it_was_made_again_never_waits(stop):
+    buffer = holding(6)
+    buffer.open(4, 0)  # a lost split made again, which every reader is past
+    buffer.release(5)
+    putter = Putter(lambda: buffer.put(4, 0, Raw(0), 8, stop))
+    assert putter.done()  # it keeps nothing
+    assert buffer.buffered() == (1, 8)
+
+
 def test_open_tells_whether_a_request_waits_for_the_split():
     buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
     assert buffer.open(0, 0) is False

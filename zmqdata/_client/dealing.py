@@ -51,7 +51,8 @@ DEFAULT_WINDOW = 1024
 MAX_BATCH_BYTES = 256 * 2**20
 """The window shrinks so that at most this many decoded bytes are asked ahead."""
 REQUESTS_PER_TASK = 4
-"""Requests in flight per task (a worker parks at most 8 per peer and task)."""
+"""Requests in flight per task, and one more for the earliest element not
+received (a worker parks at most 8 per peer and task)."""
 RETRY_S = 0.01
 """Elements waiting on a busy task, or on a split whose holder is not known
 yet, are asked for again after this (the latter with a heartbeat)."""
@@ -164,9 +165,7 @@ class DealPlan:
         """
         if not self._started:
             return []
-        k = self._next_deliver
-        while k in self._arrived:
-            k += 1
+        k = self._first_missing()
         if self._total_mine() is not None and k >= (self._total_mine() or 0):
             return [self._index, max(self.epoch.total, 1), 0]
         token = self.epoch.stream.token_at(self._dealt(k))
@@ -257,6 +256,13 @@ class DealPlan:
                 have.append(token - lo)
         return have
 
+    def _first_missing(self) -> int:
+        """The earliest of this consumer's elements (a k) not received."""
+        k = self._next_deliver
+        while k in self._arrived:
+            k += 1
+        return k
+
     def forget(self, task: Task) -> None:
         """The task's requests will not be answered: ask for them again."""
         for request_id, request in list(self._requests.items()):
@@ -304,7 +310,13 @@ class DealPlan:
         return out
 
     def _ask(self, core: ReadCore, wanted: list[int], now: float) -> list[Instruction]:
-        """Sends what can be asked for of ``wanted`` (k's); the rest waits."""
+        """Sends what can be asked for of ``wanted`` (k's); the rest waits.
+
+        The earliest element not received is asked for even when later ones
+        hold every slot to its task: a worker whose buffer is full may wait
+        for it to be taken (``DealtBuffer.put``).
+        """
+        first = self._dealt(self._first_missing())
         in_flight: dict[int, int] = {}
         for request in self._requests.values():
             in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
@@ -312,7 +324,8 @@ class DealPlan:
         unowned = False
         for ordinal, indices in sorted(self._by_split(wanted).items()):
             task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
-            if task is None or not self._may_ask(core, task, in_flight, now):
+            spare = first in indices.values()
+            if task is None or not self._may_ask(core, task, in_flight, now, spare):
                 unowned = unowned or task is None
                 self._retry += [self._mine(d) for d in indices.values()]
                 self._retry_at = min(self._retry_at, now + RETRY_S)
@@ -351,10 +364,12 @@ class DealPlan:
 
     @staticmethod
     def _may_ask(
-        core: ReadCore, task: Task, in_flight: dict[int, int], now: float
+        core: ReadCore, task: Task, in_flight: dict[int, int], now: float, spare: bool
     ) -> bool:
-        """Whether ``task`` may take another request now."""
-        if in_flight.get(task.task_id, 0) >= REQUESTS_PER_TASK or task.retry_at > now:
+        """Whether ``task`` may take another request now (``spare``: one more slot)."""
+        if in_flight.get(task.task_id, 0) >= REQUESTS_PER_TASK + spare:
+            return False
+        if task.retry_at > now:
             return False
         return not core.links.lost(task.endpoint)
 

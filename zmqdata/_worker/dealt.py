@@ -110,11 +110,12 @@ class DealtBuffer:
     ) -> bool:
         """Keeps element ``index`` of a split, waiting for room (``Cancelled`` on stop).
 
-        It goes past the bound by one split at most (``_may_exceed``), so
-        the bound holds for every job, one whose ranks never come too: what
-        the other splits hold then is the slower ranks' share, and the
-        readers ahead wait for them. Returns whether a parked request waits
-        for this element (wake the data loop).
+        It goes past the bound by one split at most (``_may_exceed``), and
+        by the splits of a lost worker made again here, so the bound holds
+        for every job, one whose ranks never come too: what the other splits
+        hold then is the slower ranks' share, and the readers ahead wait for
+        them. Returns whether a parked request waits for this element (wake
+        the data loop).
         """
         with self._cond:
             while (
@@ -143,19 +144,25 @@ class DealtBuffer:
     def _may_exceed(self, ordinal: int) -> bool:
         """Whether a put of split ``ordinal`` may go past the bound (under the lock).
 
-        Only while a parked request waits on this producer: a reader may
-        have all its requests to the task parked on later elements while
-        its next ones sit here, or need a split made again (``ordinal``, a
-        lost worker's) before a later one held here. Then the split being
-        made may go past the bound if the other splits hold less than it
-        (a slower rank's share, one that never comes: no more), or if one
-        of them is later (a split made again comes first).
+        No deadlock: the producer waits only while what the buffer holds
+        can leave without it. Every reader has a request out for the
+        earliest element it lacks (``DealPlan._ask``), so the other splits
+        drain while their ranks read, and it goes on while a parked request
+        waits on it and: a split below ``ordinal`` is awaited (a lost
+        worker's, handed here, opened after this one); or the other splits
+        hold less than the bound (this split's elements wanted by nobody,
+        such as tokens a restored read skips, or those ranks had of a split
+        made again, hold it full: one split more, so a rank that never comes
+        holds no more); or a later split holds elements (this one is made
+        again: nobody locates those before its count).
         """
+        if ordinal not in self._splits:  # released meanwhile: nothing is kept
+            return True
         if not self._awaited:
             return False
-        making = self._splits.get(ordinal)
-        if making is None:  # released meanwhile: nothing is kept
+        if any(q < ordinal for q, _ in self._awaited):
             return True
+        making = self._splits[ordinal]
         others = self._items - len(making.items), self._bytes - making.nbytes
         if others[0] < self._max_items and others[1] <= self._max_bytes:
             return True
@@ -190,6 +197,7 @@ class DealtBuffer:
             if split is not None and (index == -1 or index < split.produced):
                 return True
             self._awaited.add((ordinal, index))
+            self._cond.notify_all()  # a producer waiting for room may go on
             return False
 
     def end(self, ordinal: int, count: int) -> None:
