@@ -109,7 +109,13 @@ def distribute(target: str, name: str) -> Any:
     return service.distribute("distributed_epoch", target, job_name=name)
 
 
-def test_a_slow_map_is_named_and_its_time_matches_what_it_measured(cluster, reading):
+def test_a_slow_map_is_named_and_its_time_matches_what_it_measured(
+    cluster, reading, monkeypatch
+):
+    # Every element timed: sampled one in 16, 25 samples of ~400 elements make
+    # the own times differ from the functions' by one slow sleep (a hiccup of
+    # 10 ms in a sample is 11% of the total), which is not what this checks.
+    monkeypatch.setenv("ZMQDATA_PROFILE_EVERY", "1")
     c = cluster(num_workers=1)
     source, slow = Timed(0.002, "read"), Timed(0.003, "load")
     ds = zd.Dataset.from_source(SlowSource(100_000, source)).map(slow).batch(2)

@@ -39,7 +39,9 @@ class ProcCluster:
         self.stack = stack
         self.dispatcher = service.DispatchServer(
             service.DispatcherConfig(
-                port=0, worker_timeout_ms=WORKER_TIMEOUT_MS, client_timeout_ms=2_000
+                port=0,
+                worker_timeout_ms=WORKER_TIMEOUT_MS,
+                client_timeout_ms=10_000,  # a loaded machine delays a heartbeat past 2 s
             )
         )
         stack.callback(self.dispatcher.stop)
