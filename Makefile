@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 # run alone (tests/exclusive.py). JOBS=0 runs it in this one process.
 JOBS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest tests zmqdata cli -q -n $(JOBS) --dist loadgroup --durations=25
+	$(PY) -m pytest tests zmqdata cli -q -n $(JOBS) --dist worksteal --durations=25
 
 # The suite without the slow process-churn, chaos and soak tests (CI runs them all).
 test-quick: $(STAMP)

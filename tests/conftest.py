@@ -109,5 +109,6 @@ def records_stay_valid(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """Runs an ``exclusive`` test alone when the suite runs on several workers."""
-    with exclusive.machine(item.get_closest_marker("exclusive") is not None):
+    run = getattr(item.config, "workerinput", {}).get("testrunuid")  # xdist's
+    with exclusive.machine(run, item.get_closest_marker("exclusive") is not None):
         yield

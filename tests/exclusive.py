@@ -4,44 +4,33 @@
 wait on timers, sockets and child processes, not on the CPU. A few measure
 time or rates, or load every core themselves; they carry
 ``@pytest.mark.exclusive``. Each test holds a lock on one file shared by the
-run's workers (``PYTEST_XDIST_TESTRUNUID`` names it) from its setup to its
-teardown: an ordinary test a shared lock, an exclusive one the lock alone. A
-turnstile in front keeps the exclusive ones from waiting forever: a worker
-waiting for the lock alone holds the turnstile, so no new test starts until
-the running ones end. Without xdist nothing is locked.
+run's workers (named by the run's id, ``workerinput["testrunuid"]``) from its
+setup to its teardown: an ordinary test a shared lock, an exclusive one the
+lock alone. A turnstile in front keeps the exclusive ones from waiting
+forever: a worker waiting for the lock alone holds the turnstile, so no new
+test starts until the running ones end. Without xdist nothing is locked, nor
+in a pytest that a test starts (it is no worker of the run, and its test
+waiting behind the turnstile would hold up the test that waits for it).
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-RUN_ID = "PYTEST_XDIST_TESTRUNUID"
-
-
-def _lock_files() -> tuple[Path, Path] | None:
-    run = os.environ.get(RUN_ID)
-    if not run:
-        return None
-    folder = Path(tempfile.gettempdir())
-    return (
-        folder / f"zmqdata-tests-{run}.turnstile",
-        folder / f"zmqdata-tests-{run}.lock",
-    )
-
 
 @contextmanager
-def machine(exclusive: bool) -> Iterator[None]:
-    """Holds the run's lock, shared or alone, while the block runs."""
-    files = _lock_files()
-    if files is None:
+def machine(run: str | None, exclusive: bool) -> Iterator[None]:
+    """Holds run ``run``'s lock, shared or alone, while the block runs (None: no lock)."""
+    if run is None:
         yield
         return
-    turnstile_path, lock_path = files
+    folder = Path(tempfile.gettempdir())
+    turnstile_path = folder / f"zmqdata-tests-{run}.turnstile"
+    lock_path = folder / f"zmqdata-tests-{run}.lock"
     with open(turnstile_path, "a") as turnstile, open(lock_path, "a") as lock:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
