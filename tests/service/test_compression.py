@@ -26,6 +26,7 @@ def zeros(i: Any) -> np.ndarray[Any, Any]:
     return element
 
 
+@pytest.mark.exclusive  # AUTO weighs the link against the producer's measured rate
 @pytest.mark.timeout(60)
 def test_auto_over_loopback_sends_raw_bytes(cluster, monkeypatch) -> None:
     monkeypatch.setenv("ZMQDATA_SHARED_MEMORY", "0")  # the tcp path, not same-host
