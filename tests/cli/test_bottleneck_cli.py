@@ -14,7 +14,7 @@ from tests.helpers import poll_for
 from tests.service.cluster import free_port
 from zmqdata import service
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.exclusive]  # verdicts from rates
 
 SLOW_VAR = "ZMQDATA_TEST_SLOW_WORKER"
 

@@ -24,6 +24,8 @@ from tests.hosts.deploy import Deployment, docs_commands
 SECURE = [(role, argv) for role, argv in docs_commands() if "--config" in argv]
 READ_S = 2.0  # about 20 consumer heartbeats (every 0.1 s) after the first element
 
+pytestmark = pytest.mark.exclusive  # verdicts from measured rates and waits
+
 
 @pytest.fixture(scope="module")
 def cluster(shaping: None, module_deployment) -> Deployment:
