@@ -4,8 +4,9 @@
 ``Dataset.range(N).map(random_bytes)`` (or ``map(slow_random_bytes)`` with
 ``slow``) as a ``distributed_epoch`` job named ``job_name``: each element is
 ``SIZE`` incompressible bytes. ``read_s`` seconds after the first element,
-still reading, it takes the dispatcher's status and writes ``result: {...}``
-on stderr: the job's entry of ``get_status()["jobs"]``, every worker's task
+still reading, it takes the dispatcher's status (again every ``RETRY_S``,
+reading on, until the worker has reported its ops' ``phases``, for at most
+``MAX_WAIT_S`` more) and writes ``result: {...}`` on stderr: the job's entry of ``get_status()["jobs"]``, every worker's task
 stats, what it read (elements; seconds and bytes per second since it
 started) and how long the status took. SPEC (JSON)
 keys: ``dispatcher`` (host:port), ``job_name``, ``slow``, ``read_s``. CURVE
@@ -29,6 +30,8 @@ from zmqdata import service
 SIZE = 256 * 1024
 N = 1_000_000  # more than any read takes: the trainer stops after read_s
 SLOW_S = 0.05
+RETRY_S = 0.5
+MAX_WAIT_S = 20.0
 
 
 def random_bytes(i: Any) -> np.ndarray[Any, Any]:
@@ -58,12 +61,16 @@ def read(spec: dict[str, Any]) -> dict[str, Any]:
     )
     started = time.monotonic()
     times: list[float] = []
+    asked = -float("inf")
     with iter(zd.Dataset.range(N).map(make).apply(distribute)) as elements:
         for element in elements:
             assert element.nbytes == SIZE
             times.append(time.monotonic())
-            if times[-1] - times[0] >= spec["read_s"]:
-                found = status(spec["dispatcher"], spec["job_name"])
+            if times[-1] - times[0] < spec["read_s"] or times[-1] - asked < RETRY_S:
+                continue
+            found = status(spec["dispatcher"], spec["job_name"])
+            asked = times[-1]
+            if found["job"].get("phases") or asked - times[0] > MAX_WAIT_S:
                 break
     reading = times[-1] - started
     return {

@@ -32,6 +32,7 @@ def cluster(shaping: None, module_deployment) -> Deployment:
     """A dispatcher and a worker whose host sends at 100 Mbit/s."""
     d = module_deployment()
     d.env["ZMQDATA_SHARED_MEMORY"] = "0"
+    d.env["ZMQDATA_PROFILE_EVERY"] = "1"  # 20 elements a second: time each one
     d.write_config({"heartbeat_interval_ms: 1000": "heartbeat_interval_ms: 100"})
     d.start_cluster(SECURE, workers=1)
     veth.shape(d.worker_hosts[0], "100mbit")
