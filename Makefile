@@ -75,8 +75,11 @@ bench: $(BENCH_STAMP)
 bench-compare: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
+# The churn soak, then the generated-pipeline tier with a long random draw
+# (tests/service/test_generated_pipelines.py; make test runs a short fixed one).
 soak: $(STAMP)
 	ZMQDATA_SOAK_S=$${ZMQDATA_SOAK_S:-180} $(PY) -m pytest -q tests/service/test_churn.py -k soak
+	ZMQDATA_SOAK_EXAMPLES=$${ZMQDATA_SOAK_EXAMPLES:-200} $(PY) -m pytest -q tests/service/test_generated_pipelines.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

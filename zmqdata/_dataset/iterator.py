@@ -414,8 +414,14 @@ class Reorder:
 
 
 def expands_below(node: Node) -> bool:
-    """Whether an op at or below ``node`` ``expands`` (see ``Reorder``)."""
-    return any(n.definition.expands for n in node.walk())
+    """Whether an op at or below ``node`` ``expands`` (see ``Reorder``).
+
+    Not below a ``split_runs`` op: its outputs each claim their own key.
+    """
+    definition = node.definition
+    if definition.runs_splits:
+        return False
+    return definition.expands or any(expands_below(n) for n in node.inputs)
 
 
 def consuming(

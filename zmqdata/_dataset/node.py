@@ -77,6 +77,9 @@ class Op(abc.ABC):
     """Whether one input element can make several outputs, the last of which
     claims the input's keys (``lineage``): then outputs reordered after it
     must not claim before their siblings are out (``iterator.Reorder``)."""
+    runs_splits: ClassVar[bool] = False
+    """Whether it runs its input split by split, each output claiming its own
+    key (``ops/split_runs.py``): nothing below it expands for the ops above."""
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         """The node's cardinality given its inputs'; by default its input's."""

@@ -32,6 +32,10 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
+EXACTLY_ONCE_READ = (
+    "an exactly-once read (distributed_epoch with exactly_once=True, the default; "
+    "exactly_once=False reads it at most once)"
+)
 MAX_PATH_CHARS = 4096
 """The longest save path a request may name."""
 MAX_CHUNKS_REPORTED = 64
@@ -277,10 +281,22 @@ def check_job(
         dealing.check_pipeline(
             graph.deserialize(dataset.pipeline, load_functions=False)
         )
-    elif msg.num_consumers is not None:
-        _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
+    else:
+        if msg.num_consumers is not None:
+            _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
+        if dynamic and msg.exactly_once and not msg.cross_trainer_cache:
+            _check_split_outputs(dataset)
     if msg.cross_trainer_cache:
         _check_cross_trainer_cache(msg, dataset)
+
+
+def _check_split_outputs(dataset: model.Dataset) -> None:
+    """An exactly-once read runs each split alone: refuses what is not a function of it."""
+    dealing.check_pipeline(
+        graph.deserialize(dataset.pipeline, load_functions=False),
+        EXACTLY_ONCE_READ,
+        repeats=True,
+    )
 
 
 def _check_mode(

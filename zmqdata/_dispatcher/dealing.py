@@ -55,13 +55,17 @@ def is_dealt(processing_mode: int, num_consumers: int | None, cardinality: int) 
     return dynamic and num_consumers is not None and cardinality != -1
 
 
-def check_pipeline(root: Node) -> None:
-    """Raises ``InvalidArgumentError`` naming an op that a dealt job cannot run."""
+def check_pipeline(root: Node, what: str = _WHAT, repeats: bool = False) -> None:
+    """Raises ``InvalidArgumentError`` naming an op that a dealt job cannot run.
+
+    ``what`` names the read in the message; ``repeats``: a ``repeat`` is
+    run by handing the splits out again (exactly-once reads by outputs).
+    """
     node = root
     while node.inputs:
-        why = _refusal(node)
+        why = None if repeats and node.op == "repeat" else _refusal(node)
         if why is not None:
-            raise InvalidArgumentError(f"{_WHAT} must be deterministic: {why}")
+            raise InvalidArgumentError(f"{what} must be deterministic: {why}")
         node = node.inputs[0]
 
 

@@ -61,6 +61,8 @@ class JobCreated:
     """DYNAMIC jobs: the split order's seed (``model.Job.seed``)."""
     dealt: bool = False
     """Multi-rank reads (``model.Job.dealt``)."""
+    split_outputs: bool = False
+    """Exactly once by split outputs (``model.Job.split_outputs``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,9 @@ def _create_or_find_job(
     # A cross-trainer cache serves each element to every trainer and drops
     # it when its window slides: there is no "once" to track (tf.data's).
     tracked = msg.exactly_once and dynamic and not msg.cross_trainer_cache
+    dealt = dealing.is_dealt(
+        msg.processing_mode, msg.num_consumers, dataset.cardinality
+    )
     created = ev.JobCreated(
         records.next_id,
         msg.dataset_id,
@@ -133,9 +136,8 @@ def _create_or_find_job(
         msg.local_process,
         exactly_once=tracked,
         seed=msg.seed,
-        dealt=dealing.is_dealt(
-            msg.processing_mode, msg.num_consumers, dataset.cardinality
-        ),
+        dealt=dealt,
+        split_outputs=tracked and not dealt,
     )
     named = (msg.dataset_id, msg.job_name) if msg.job_name else None
     existing_id = None if named is None else records.named_jobs.get(named)

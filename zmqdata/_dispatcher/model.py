@@ -70,6 +70,10 @@ class Job:
     epoch_base: int = 0
     """Multi-rank reads: iteration ``k`` is epoch ``epoch_base + k`` (a restored
     read continues the saved epoch)."""
+    split_outputs: bool = False
+    """Exactly once: workers run each split alone and keys number its outputs
+    (``_wire/outputs.py``). A job of an older dispatcher's journal keys source
+    elements and tracks them through the ops (``_wire/lineage.py``)."""
 
 
 JOB_PARAMETERS = (

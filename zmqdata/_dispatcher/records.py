@@ -225,6 +225,7 @@ class ClusterRecords:
             exactly_once=e.exactly_once,
             seed=e.seed,
             dealt=e.dealt,
+            split_outputs=e.split_outputs,
         )
         if e.name is not None:
             self.named_jobs[(e.dataset_id, e.name)] = e.job_id

@@ -46,6 +46,7 @@ def task_def(
         cross_trainer_cache=job.cross_trainer_cache,
         exactly_once=job.exactly_once,
         dealt=job.dealt,
+        split_outputs=job.split_outputs,
     )
 
 

@@ -9,9 +9,9 @@ dataset, the seed and the repetition, made once and kept beside the records in
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
-from zmqdata._dataset.node import Node
 from zmqdata._dispatcher import dealing, model, replies
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import ClusterRecords
@@ -37,7 +37,7 @@ def get_split(
     keys are handed out again first.
     """
     records = state.records
-    iteration, task, source = _asking(records, msg)
+    iteration, task = _asking(records, msg)
     job = records.jobs[iteration.job_id]
     dataset = records.datasets[job.dataset_id]
     if task.worker_id in records.workers:  # its task asking: it lives
@@ -46,7 +46,7 @@ def get_split(
         reply = _deal_split(state, dataset, job, iteration, task, msg)
     else:
         tracked = records.tracked(iteration)
-        splits = _splits_of(state, job, source, iteration.repetition)
+        splits = _splits_of(state, job, dataset, iteration.repetition)
         reply, handed = splits.answer(iteration, task, msg, tracked)
         if handed is not None:
             state.apply(handed)
@@ -58,8 +58,8 @@ def get_split(
 
 def _asking(
     records: ClusterRecords, msg: m.GetSplit
-) -> tuple[model.Iteration, model.Task, Node]:
-    """The iteration and the task that ask, if they may, and the source read."""
+) -> tuple[model.Iteration, model.Task]:
+    """The iteration and the task that ask, if they may (a splittable source read)."""
     iteration = records.iterations.get(msg.iteration_id)
     if iteration is None:
         raise NotFoundError(f"iteration {msg.iteration_id} does not exist")
@@ -79,26 +79,43 @@ def _asking(
             f"get_split.max_splits must be in [1, {MAX_SPLITS_PER_REQUEST}], "
             f"got {msg.max_splits}"
         )
-    return iteration, task, source
+    return iteration, task
 
 
 def _splits_of(
-    state: DispatcherState, job: model.Job, source: Node, repetition: int
+    state: DispatcherState, job: model.Job, dataset: model.Dataset, repetition: int
 ) -> Splits:
     """The split plan of ``job``'s ``repetition``, made once.
 
     A source's cardinality is not free. Not state: a plan is a function
-    of the dataset, the seed and the repetition, so the jobs of one
-    dataset and seed share it; at most ``SPLIT_PLANS_KEPT`` are kept.
+    of the dataset, the seed, the repetition and whether keys number
+    outputs, so the jobs alike share it; at most ``SPLIT_PLANS_KEPT`` are kept.
     """
-    plans, key = state.split_plans, (job.dataset_id, job.seed, repetition)
+    plans = state.split_plans
+    key = (job.dataset_id, job.seed, repetition, job.split_outputs)
     splits = plans.get(key)
     if splits is None:
         if len(plans) >= SPLIT_PLANS_KEPT:
             del plans[next(iter(plans))]
-        splits = Splits.of(source, job.seed, repetition)
+        splits = plan(dataset, job.seed, repetition, job.split_outputs)
         plans[key] = splits
     return splits
+
+
+def plan(
+    dataset: model.Dataset, seed: int | None, repetition: int, by_outputs: bool
+) -> Splits:
+    """A DYNAMIC job's splits: keyed by outputs, sized as a multi-rank job's.
+
+    Each such split costs a fresh pipeline iterator (as a dealt one does),
+    and its size is a multiple of the first ``batch`` where that fills it.
+    """
+    source = dataset.split_source
+    assert source is not None
+    if not by_outputs:
+        return Splits.of(source, seed, repetition)
+    sized = dealing.splits_of(dataset)
+    return dataclasses.replace(sized, seed=seed, epoch=repetition, outputs=True)
 
 
 def _deal_split(

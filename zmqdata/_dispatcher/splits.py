@@ -5,7 +5,9 @@ elements (files: one each); split ``i`` is computed without listing the others.
 ``Splits.answer`` decides what a task's ``GetSplit`` gets, from the records
 alone; the dispatcher journals the ``SplitProduced`` (or, keys of a lost task
 handed out again, ``RangesHanded``) event it returns. A split goes out as
-``[repetition, lo, hi]``.
+``[repetition, lo, hi]``; a split of an exactly-once job keyed by its outputs
+(``outputs``, ``_wire/outputs.py``) as ``[repetition, lo, hi, first, end]``:
+the source range to run and the output keys to send.
 
 >>> import zmqdata as zd
 >>> splits = Splits.of(zd.Dataset.range(1_000)._node)
@@ -25,7 +27,7 @@ from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import SplittableSource
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
-from zmqdata._wire import lineage
+from zmqdata._wire import lineage, outputs
 from zmqdata._wire import messages as m
 from zmqdata._wire.deal import split_order
 from zmqdata._wire.lineage import Ranges
@@ -74,12 +76,20 @@ class Splits:
     seed: int | None = None
     """Fresh splits go out in an order drawn from ``(seed, epoch, repetition)``."""
     epoch: int = 0
+    outputs: bool = False
+    """Keys number each split's outputs (``_wire/outputs.py``), not source elements."""
 
     @classmethod
-    def of(cls, source: Node, seed: int | None = None, epoch: int = 0) -> Splits:
+    def of(
+        cls,
+        source: Node,
+        seed: int | None = None,
+        epoch: int = 0,
+        outputs: bool = False,
+    ) -> Splits:
         """The splits of ``source``, sized by its cardinality."""
         size = split_size(source.definition.cardinality(source, []))
-        return cls(source, size, seed, epoch)
+        return cls(source, size, seed, epoch, outputs)
 
     @property
     def _op(self) -> SplittableSource:
@@ -118,7 +128,8 @@ class Splits:
             again = self._reply(request, self._again(iteration, task))
             return _with_marks(again, iteration, task.last_keys), None
         if iteration.pending:
-            keys = Ranges(iteration.pending).take(request.max_splits * self.size)
+            per_split = outputs.PER_SPLIT if self.outputs else self.size
+            keys = Ranges(iteration.pending).take(request.max_splits * per_split)
             handed = ev.RangesHanded(
                 iteration.iteration_id, task.task_id, request.request_id, tuple(keys)
             )
@@ -145,7 +156,7 @@ class Splits:
             task.task_id,
             request.request_id,
             count,
-            tuple(keys_of(splits)) if tracked else (),
+            tuple(keys_of(splits, self.outputs)) if tracked else (),
         )
         return self._reply(request, splits), produced
 
@@ -182,11 +193,22 @@ class Splits:
         return splits, scanned
 
     def _fresh(self, repetition: int, index: int, done: Ranges) -> list[list[int]]:
-        """Split ``index`` of ``repetition``: ``[repetition, lo, hi]`` parts not ``done``."""
+        """Split ``index`` of ``repetition``: ``[repetition, lo, hi]`` parts not ``done``.
+
+        Keyed by outputs: the split once, with each range of its output keys
+        not ``done`` (``[repetition, lo, hi, first, end]``).
+        """
         if self.seed is not None:
             pass_number = self.epoch * 2**20 + repetition
             index = int(split_order(self.seed, pass_number, self.count())[index])
         lo, hi = self.at(index)[:2]
+        if self.outputs:
+            first = outputs.base(repetition, index, self.count())
+            wanted = done.missing(first, first + outputs.PER_SPLIT)
+            return [
+                [repetition, lo, hi, wanted[i], wanted[i + 1]]
+                for i in range(0, len(wanted), 2)
+            ]
         base = lineage.key(repetition, 0)
         missing = done.missing(base + lo, base + hi)
         return [
@@ -202,6 +224,8 @@ class Splits:
         >>> splits.handed([5, 40, lineage.key(1, 3), lineage.key(1, 4)])
         [[0, 5, 20], [0, 20, 35], [0, 35, 40], [1, 3, 4]]
         """
+        if self.outputs:
+            return self._handed_outputs(keys)
         out = []
         for i in range(0, len(keys), 2):
             repetition, lo = lineage.split_key(keys[i])
@@ -210,6 +234,27 @@ class Splits:
                 [repetition, a, min(a + self.size, hi)]
                 for a in range(lo, hi, self.size)
             ]
+        return out
+
+    def _handed_outputs(self, keys: Sequence[int]) -> list[list[int]]:
+        """Output keys handed out again: ``[repetition, lo, hi, first, end]`` per split part.
+
+        >>> import zmqdata as zd
+        >>> splits = Splits.of(zd.Dataset.range(1_000)._node, outputs=True)
+        >>> second = outputs.base(0, 1, splits.count())
+        >>> handed = splits.handed([second + 4, second + outputs.PER_SPLIT + 2])
+        >>> [[r, lo, hi, first - second, end - second] for r, lo, hi, first, end in handed]
+        [[0, 15, 30, 4, 4294967296], [0, 30, 45, 4294967296, 4294967298]]
+        """
+        out = []
+        count = self.count()
+        for i in range(0, len(keys), 2):
+            first, end = keys[i], keys[i + 1]
+            while first < end:
+                repetition, split, _ = outputs.locate(first, count)
+                part_end = min(end, outputs.split_base(first) + outputs.PER_SPLIT)
+                out.append([repetition, *self.at(split)[:2], first, part_end])
+                first = part_end
         return out
 
     @staticmethod
@@ -256,13 +301,19 @@ def answered_before(task: model.Task, request: m.GetSplit) -> bool:
     return True
 
 
-def keys_of(splits: Sequence[Sequence[int]]) -> Ranges:
-    """The keys of ``[repetition, lo, hi]`` splits.
+def keys_of(splits: Sequence[Sequence[int]], by_outputs: bool = False) -> Ranges:
+    """The keys of ``[repetition, lo, hi]`` splits (``by_outputs``: of their output keys).
 
     >>> keys_of([[0, 0, 5], [0, 5, 9], [1, 0, 2]]) == [0, 9, lineage.STRIDE, lineage.STRIDE + 2]
     True
+    >>> keys_of([[0, 0, 5, 8, 12], [0, 5, 9, 12, 20]], by_outputs=True)
+    [8, 20]
     """
     keys = Ranges()
-    for repetition, lo, hi in splits:
-        keys.add(lineage.key(repetition, lo), lineage.key(repetition, hi))
+    for split in splits:
+        if by_outputs:
+            keys.add(split[3], split[4])
+        else:
+            repetition, lo, hi = split
+            keys.add(lineage.key(repetition, lo), lineage.key(repetition, hi))
     return keys

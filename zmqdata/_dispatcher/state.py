@@ -153,7 +153,7 @@ class DispatcherState:
         self.worker_samples: dict[int, samples.WorkerSample] = {}
         self.held_pipelines: dict[int, frozenset[str]] = {}
         """The pipelines each worker said it holds (``_worker/pipelines.py``)."""
-        self.split_plans: dict[tuple[str, int | None, int], Splits] = {}
+        self.split_plans: dict[tuple[str, int | None, int, bool], Splits] = {}
         """Split plans by dataset, seed and repetition, made once
         (``split_requests.py``)."""
         self.requests_total = 0

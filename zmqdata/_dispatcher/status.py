@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from zmqdata._dispatcher import dealing, diagnosis, model
+from zmqdata._dispatcher import dealing, diagnosis, model, split_requests
 from zmqdata._dispatcher.autoscale import Policy
 from zmqdata._dispatcher.readers import Reads
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._dispatcher.samples import Rate, WorkerSample
-from zmqdata._dispatcher.splits import Splits
 from zmqdata._version import __version__
-from zmqdata._wire import deal
+from zmqdata._wire import deal, lineage, outputs
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
 
@@ -267,7 +266,10 @@ def _split_progress(
     if job.processing_mode != ShardingPolicy.DYNAMIC or source is None:
         return None
     try:
-        splits = dealing.splits_of(dataset) if job.dealt else Splits.of(source)
+        if job.dealt:
+            splits = dealing.splits_of(dataset)
+        else:
+            splits = split_requests.plan(dataset, None, 0, job.split_outputs)
         total = splits.count()
     except Exception:  # status must not fail on an odd source
         return None
@@ -277,12 +279,17 @@ def _split_progress(
     }
 
 
-def _lost_keys(iterations: list[model.Iteration]) -> dict[str, int]:
-    """Exactly once: lost tasks' keys to hand out again, and still fenced."""
+def _lost_keys(job: model.Job, iterations: list[model.Iteration]) -> dict[str, int]:
+    """Exactly once: lost tasks' keys to hand out again, and still fenced.
+
+    Keyed by outputs, the splits they are parts of (a split's keys count
+    outputs not made yet).
+    """
+    count = outputs.count_splits if job.split_outputs else lineage.size
     return {
-        "pending": sum(i.pending.count_keys() for i in iterations),
+        "pending": sum(count(i.pending) for i in iterations),
         "orphaned": sum(
-            o["keys"].count_keys() for i in iterations for o in i.orphans.values()
+            count(o["keys"]) for i in iterations for o in i.orphans.values()
         ),
     }
 
@@ -377,7 +384,7 @@ def _progress(
     if splits is not None:
         shown["splits"] = splits
     if job.exactly_once and not job.dealt:
-        shown["lost_keys"] = _lost_keys(iterations)
+        shown["lost_keys"] = _lost_keys(job, iterations)
     if job.dealt:
         shown["dealt"] = _dealt(dataset, job, iterations)
     return shown

@@ -90,11 +90,11 @@ def recover(
     busy = records.worker_tasks
     worker = min(workers, key=lambda w: len(busy.get(w.worker_id, ())))
     logger.info(
-        "iteration %d: a new task on worker %s hands out again %d lost keys, "
-        "%d lost splits",
+        "iteration %d: a new task on worker %s hands out again %d lost key "
+        "ranges, %d lost splits",
         iteration_id,
         worker.worker_address,
-        iteration.pending.count_keys(),
+        len(iteration.pending) // 2,
         len(iteration.lost_splits),
     )
     return [push(state, create(state, iteration_id, worker.worker_id))]

@@ -63,6 +63,8 @@ expected bool, got int
     """DYNAMIC: tell readers what each element covers (``_wire/lineage.py``)."""
     dealt: bool = False
     """Multi-rank reads: run the pipeline split by split, serve by index (``deal.py``)."""
+    split_outputs: bool = False
+    """Exactly once: run the pipeline split by split, keys number outputs (``outputs.py``)."""
     fingerprint: str = ""
     """The pipeline's ``graph.fingerprint`` (a dispatcher of protocol 5 sends none)."""
 

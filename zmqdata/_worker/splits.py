@@ -62,7 +62,10 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
     A dealt task (``dealt``: multi-rank reads) takes its splits whole, as the
     dispatcher sends them (``[repetition, lo, hi, ordinal, skip]``, through
     ``next_dealt``), reports each split's count with its next request
-    (``counted``) and follows the dispatcher's ``released`` ordinal.
+    (``counted``) and follows the dispatcher's ``released`` ordinal. A task
+    keyed by outputs (``outputs``: ``_wire/outputs.py``) takes them whole too
+    (``[repetition, lo, hi, first, end]``), its buffer noting the output keys
+    ``[first, end)`` as handed.
     """
 
     shared = True
@@ -84,11 +87,13 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         draining: threading.Event | None = None,
         dealt: bool = False,
         marks: Marks | None = None,
+        outputs: bool = False,
     ) -> None:
         super().__init__(dispatcher, stop, timeout_s, keys)
         self._iteration_id = iteration_id
         self._marks = marks
         self._dealt = dealt
+        self._outputs = outputs
         self._counts: list[int] = []
         self.released = 0
         """Dealt: every consumer is past the splits below this ordinal."""
@@ -212,6 +217,12 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         if self._dealt:
             self._splits.extend(reply.splits)
             return
+        if self._outputs:
+            for split in reply.splits:
+                if self._handed is not None:
+                    self._handed(split[3], split[4])
+                self._splits.append(split)
+            return
         if self._marks is not None:  # a lost task's outputs not to make again
             keep_latest_packed(self._marks.resume, reply.progress)
         for repetition, lo, hi in reply.splits:
@@ -254,7 +265,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         """``reply`` if it is a well-formed answer (errors raised as sent)."""
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
-        width = 5 if self._dealt else 3
+        width = 5 if self._dealt or self._outputs else 3
         if not isinstance(reply, m.GetSplitReply) or any(
             len(split) != width for split in reply.splits
         ):

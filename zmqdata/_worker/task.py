@@ -2,8 +2,10 @@
 
 Under DYNAMIC sharding the pipeline's source reads the splits that a
 ``RemoteSplitProvider`` fetches from the dispatcher, over a DEALER socket the
-producer thread owns. Exactly-once tasks also note what they were handed and
-what each element stands for (``handed.py``, ``_wire/lineage.py``).
+producer thread owns. Exactly-once tasks run each split alone and key its
+outputs (``_wire/outputs.py``); they note what they were handed and what each
+element stands for (``handed.py``). A task of an older dispatcher's job keys
+source elements and tracks them through the ops (``_wire/lineage.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from zmqdata._dataset.iterator import (
     DatasetIterator,
     IgnoredErrors,
     IterContext,
-    ListSplitProvider,
     expands_below,
 )
 from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, make_iterator
+from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dataset.ops.split_runs import run_split
 from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._runtime.spans import IDLE, Tracer
@@ -87,6 +90,8 @@ class TaskRunner:
         """Multi-rank reads: the output by split and index (``dealt.py``)."""
         self.tracked = tracked
         """Whether replies say what their elements stand for (exactly once)."""
+        self.split_outputs = tracked and task.split_outputs
+        """Exactly once by outputs: each split run alone, its outputs keyed."""
         self.cache: SlidingWindowCache[Raw | Encoded] | None = (
             SlidingWindowCache(cache_bytes) if task.cross_trainer_cache else None
         )
@@ -214,7 +219,8 @@ class TaskRunner:
         try:
             root = self._pipeline.root()
             threads.limit_producer(self.thread_limit)
-            marks = Marks() if self.tracked and expands_below(root) else None
+            by_source = self.tracked and not self.split_outputs
+            marks = Marks() if by_source and expands_below(root) else None
             if self._task.processing_mode == ShardingPolicy.DYNAMIC:
                 self.splits = provider = self._split_provider(marks)
             self._run(root, provider, marks)
@@ -247,6 +253,7 @@ class TaskRunner:
             self._draining,
             dealt=self.dealt is not None,
             marks=marks,
+            outputs=self.split_outputs,
         )
         provider.tracer = self.tracer
         return provider
@@ -272,6 +279,11 @@ class TaskRunner:
     ) -> tuple[Node, IterContext]:
         """The pipeline and its context: reading ``provider``'s splits, or a static shard."""
         task = self._task
+        if provider is not None and self.split_outputs:
+            root, runs = split_runs.by_split(root)
+            return root, IterContext(
+                split_source=runs, split_provider=provider, lineage=True
+            )
         if provider is not None:
             return root, IterContext(
                 split_source=find_split_source(root),
@@ -360,9 +372,10 @@ class TaskRunner:
             _, lo, hi, ordinal, skip = split
             if self.dealt.open(ordinal, skip):
                 self._wake(self.task_id)
-            one = ListSplitProvider([[lo, hi]])
-            ctx = IterContext(source, one, ignored=self.ignored, profile=profiled)
-            count = self._deal(make_iterator(root, ctx), ordinal, skip, profiled)
+            ctx = IterContext(ignored=self.ignored, profile=profiled)
+            count = self._deal(
+                run_split(root, source, [lo, hi], ctx), ordinal, skip, profiled
+            )
             self.dealt.end(ordinal, count)
             provider.counted(ordinal, count)
             self._wake(self.task_id)

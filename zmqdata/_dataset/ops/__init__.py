@@ -31,6 +31,7 @@ from zmqdata._dataset.ops.source import (
     Range,
     SplittableSource,
 )
+from zmqdata._dataset.ops.split_runs import SplitRuns
 from zmqdata._dataset.ops.take_skip import Shard, Skip, Take
 
 
@@ -95,6 +96,7 @@ OPS: Final = Registry(
         SampleFromDatasets(),
         ChooseFromDatasets(),
         Prefetch(),
+        SplitRuns(),
     )
 )
 

@@ -1,0 +1,202 @@
+"""``split_runs``: a worker's pipeline below its last 1-to-many op, run one split at a time.
+
+Exactly-once reads key outputs, not source elements (``_wire/outputs.py``).
+A worker runs the part of the pipeline from the source up to its last
+expanding op (``unbatch``, ``flat_map``, ``interleave``; the source alone if
+there is none) on each split alone, from scratch (``run_split``), so output
+``i`` of a split is the same element every time the split is made: its key
+says which. The ops above run as one pass over those outputs, tracking
+lineage (``iterator.py``): a batch claims the keys of its elements, a filter
+the keys it dropped, a shuffled element its own. No op needs to know the
+split, and no output of a 1-to-many op is delivered twice or lost when a
+split is made again.
+
+The provider's splits are ``[repetition, lo, hi, first, end]``: run the
+source on ``[lo, hi)`` and return the outputs keyed ``first`` to ``end``.
+The keys from a split's last output to ``end`` (none was made) are claimed
+by the next element returned. ``repeat`` ops below the cut are made by
+asking for the next repetition's splits (``without_repeats``).
+
+>>> import zmqdata as zd
+>>> from zmqdata._dataset.iterator import ListSplitProvider
+>>> from zmqdata._dataset.node import make_iterator
+>>> from zmqdata._wire.outputs import base
+>>> pipeline = zd.Dataset.range(10).flat_map(
+...     lambda x: zd.Dataset.from_tensor_slices([x, x])).batch(3)._node
+>>> root, source = by_split(pipeline)
+>>> [n.op for n in root.walk()][:3]
+['batch', 'split_runs', 'interleave']
+>>> first, second = base(0, 0, 2), base(0, 1, 2)
+>>> splits = ListSplitProvider([[0, 0, 2, first, second], [0, 2, 4, second + 1, second + 9]])
+>>> it = make_iterator(root, IterContext(source, splits, lineage=True))
+>>> [(b.tolist(), it.lineage == (first, first + 3)) for b in [next(it)]]
+[([0, 0, 1], True)]
+>>> [b.tolist() for b in it]  # split 2's first output was delivered before
+[[1, 2, 3], [3]]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
+from zmqdata._dataset.iterator import (
+    DatasetIterator,
+    IterContext,
+    ListSplitProvider,
+    Split,
+)
+from zmqdata._dataset.node import Node, Op, make_iterator
+from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.outputs import split_base
+
+ENDLESS = -1
+
+
+class SplitRuns(Op):
+    """Runs its input on each split alone; each output's lineage is its output key."""
+
+    name = "split_runs"
+    runs_splits = True
+
+    def cardinality(self, node: Node, inputs: list[int]) -> int:
+        return UNKNOWN_CARDINALITY
+
+    def element_spec(self, node: Node, inputs: list[Any]) -> Any:
+        return inputs[0]
+
+    def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
+        return _SplitRunsIterator(node, ctx)
+
+
+def by_split(root: Node) -> tuple[Node, Node]:
+    """``root`` with a ``split_runs`` op above its last expanding op (or its source).
+
+    Returns the new root and the ``split_runs`` node (the pass's split source).
+    """
+    chain = [root]
+    while chain[-1].inputs:
+        chain.append(chain[-1].inputs[0])
+    cut = next(
+        (i for i, node in enumerate(chain) if node.definition.expands), len(chain) - 1
+    )
+    rebuilt = Node(SplitRuns.name, {}, (chain[cut],))
+    runs = rebuilt
+    for above in reversed(chain[:cut]):
+        rebuilt = Node(above.op, above.args, (rebuilt, *above.inputs[1:]))
+    return rebuilt, runs
+
+
+def run_split(
+    pipeline: Node, source: Node | None, split: Split, ctx: IterContext
+) -> Any:
+    """A fresh iterator of ``pipeline`` over ``split`` alone: the same elements each time.
+
+    Seeded shuffles in it draw as in a first pass, whichever run this is.
+    """
+    first_pass = {id(node): (0, -1) for node in pipeline.walk()}
+    one = IterContext(
+        source,
+        ListSplitProvider([split]),
+        passes=first_pass,
+        ignored=ctx.ignored,
+        profile=ctx.profile,
+    )
+    return make_iterator(pipeline, one)
+
+
+def without_repeats(root: Node) -> tuple[Node, int]:
+    """``root`` without the ``repeat`` ops on its main chain, and the passes they make.
+
+    ``ENDLESS`` (-1) if one of them repeats forever (and none zero times).
+
+    >>> import zmqdata as zd
+    >>> node = zd.Dataset.range(4).repeat(3).map(lambda x: x).repeat(2)._node
+    >>> plain, passes = without_repeats(node)
+    >>> [n.op for n in plain.walk()], passes
+    (['map', 'range'], 6)
+    >>> without_repeats(zd.Dataset.range(4).repeat()._node)[1]
+    -1
+    """
+    chain: list[Node] = []
+    passes, repeats = 1, 0
+    node: Node | None = root
+    while node is not None:
+        if node.op != "repeat":
+            chain.append(node)
+        else:
+            passes, repeats = _times(passes, int(node.args["count"])), repeats + 1
+        node = node.inputs[0] if node.inputs else None
+    if not repeats:
+        return root, passes
+    rebuilt = chain[-1]
+    for above in reversed(chain[:-1]):
+        rebuilt = Node(above.op, above.args, (rebuilt, *above.inputs[1:]))
+    return rebuilt, passes
+
+
+def _times(passes: int, count: int) -> int:
+    if passes == 0 or count == 0:
+        return 0
+    if passes == ENDLESS or count < 0:
+        return ENDLESS
+    return passes * count
+
+
+class _SplitRunsIterator(DatasetIterator):
+    def __init__(self, node: Node, ctx: IterContext) -> None:
+        self._pipeline, self._passes = without_repeats(node.inputs[0])
+        self._source = find_split_source(self._pipeline)
+        self._ctx = ctx
+        self._run: Any = None
+        self._key = self._first = self._end = 0
+        self._owed: Lineage = EMPTY
+        """Keys past the last output of a split: the next element claims them."""
+        self._passes_done = 0
+
+    def __next__(self) -> Any:
+        while True:
+            if self._run is None:
+                self._start_run()
+            key = self._key
+            try:
+                element = next(self._run)
+            except StopIteration:
+                self._end_run(key)
+                continue
+            self._key = key + 1
+            if key < self._first:
+                continue
+            self.lineage = join(self._owed, (key, key + 1))
+            self._owed = EMPTY
+            if self._key >= self._end:
+                self._end_run(self._key)
+            return element
+
+    def _start_run(self) -> None:
+        """Starts the next split's run; ``StopIteration`` after the last pass's splits."""
+        provider = self._ctx.split_provider
+        assert provider is not None
+        split = provider.next_split() if self._passes else None
+        while split is None:
+            self._passes_done += 1
+            if self._passes != ENDLESS and self._passes_done >= self._passes:
+                raise StopIteration
+            provider.reset()
+            split = provider.next_split()
+        _, lo, hi, self._first, self._end = split
+        self._key = split_base(self._first)
+        self._run = run_split(self._pipeline, self._source, [lo, hi], self._ctx)
+
+    def _end_run(self, key: int) -> None:
+        """The split's run is over at output key ``key``: the rest of its keys are owed."""
+        if key < self._end:
+            self._owed = join(self._owed, (max(key, self._first), self._end))
+        self._run.close()
+        self._run = None
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.close()
+            self._run = None
