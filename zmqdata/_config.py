@@ -36,8 +36,13 @@ which a consumer holds what it receives until the dispatcher answers it
 (``_client/core.py``), so a consumer always notices it may have been fenced out."""
 
 
-def check_pipeline_size(pipeline_bytes: int, spec_bytes: int, cap: int) -> None:
+def check_pipeline_size(
+    pipeline_bytes: int, spec_bytes: int, cap: int, *, serialized: bool = True
+) -> None:
     """Refuses a registration over a dispatcher's ``max_pipeline_bytes`` (``cap``).
+
+    ``serialized=False``: ``pipeline_bytes`` is the least the pipeline will
+    serialize to (its data), checked before serializing it.
 
     >>> check_pipeline_size(10, 2, cap=11)
     Traceback (most recent call last):
@@ -45,9 +50,13 @@ def check_pipeline_size(pipeline_bytes: int, spec_bytes: int, cap: int) -> None:
     zmqdata.errors.InvalidArgumentError: the pipeline is 10 bytes (with its element spec 12), over the dispatcher's cap of 11 (DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes): read large data from files (e.g. list_files + map) instead of embedding it with from_tensor_slices / from_tensors, or raise the cap
     """
     if pipeline_bytes + spec_bytes > cap:
+        size = (
+            f"{pipeline_bytes} bytes (with its element spec {pipeline_bytes + spec_bytes})"
+            if serialized
+            else f"at least {pipeline_bytes} bytes (the data it embeds)"
+        )
         raise InvalidArgumentError(
-            f"the pipeline is {pipeline_bytes} bytes (with its element spec "
-            f"{pipeline_bytes + spec_bytes}), over the dispatcher's cap of {cap} "
+            f"the pipeline is {size}, over the dispatcher's cap of {cap} "
             "(DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes)"
             ": read large data from files (e.g. list_files + map) instead of "
             "embedding it with from_tensor_slices / from_tensors, or raise the cap"
