@@ -340,7 +340,7 @@ def _unpacker(
     read_size = whole
     if check_compression(compression) == "zstd":
         source = zstandard.ZstdDecompressor().stream_reader(
-            stream, read_size=whole, read_across_frames=True
+            cast(IO[bytes], stream), read_size=whole, read_across_frames=True
         )
         read_size = _READ_SIZE
     return msgpack.Unpacker(
