@@ -14,7 +14,7 @@ ValueError: DispatcherConfig.port: expected a port in 0-65535, got 70000
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from zmqdata._wire.address import PROTOCOLS, parse_target
@@ -162,10 +162,6 @@ class DispatcherConfig:
         job_gc_timeout_ms: How long a job may have no consumers before it is dropped.
         worker_timeout_ms: Silence after which a worker counts as gone.
         client_timeout_ms: Silence after which a consumer counts as gone.
-        fence_timeout_ms: Exactly once: a lost worker's unacknowledged keys
-            wait for every consumer of its iteration to fence it; a consumer
-            silent this long is not waited for (docs/reliability.md, Silent
-            consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
         gc_dynamic_sharding_jobs: Also collect DYNAMIC jobs (off: it breaks
             their visitation guarantee). Multi-rank reads are collected anyway.
         max_pipeline_bytes: The largest dataset registration (pipeline and
@@ -185,6 +181,14 @@ class DispatcherConfig:
             these keys may, and they may not make client requests unless
             ``curve_authorized_keys_dir`` holds them too. ``None`` (default,
             the old layout): every authorized key has both roles.
+        fence_timeout_ms: Exactly once: a lost worker's unacknowledged keys
+            wait for every consumer of its iteration to fence it; a consumer
+            silent this long is not waited for (docs/reliability.md, Silent
+            consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
+
+    The fields shared/API.md lists come first, in its order (positional calls
+    written against it), the others after them; fields added from now on go
+    last, after ``_: KW_ONLY`` (keyword-only).
     """
 
     port: int = 0
@@ -197,13 +201,14 @@ class DispatcherConfig:
     job_gc_timeout_ms: int = 300_000
     worker_timeout_ms: int = 10_000
     client_timeout_ms: int = 60_000
-    fence_timeout_ms: int = 5_000
     gc_dynamic_sharding_jobs: bool = False
     max_pipeline_bytes: int = 64 * 2**20
     metrics_port: int | None = None
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
     curve_worker_keys_dir: str | None = None
+    _: KW_ONLY
+    fence_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
         _validate(
