@@ -14,7 +14,7 @@ ValueError: DispatcherConfig.port: expected a port in 0-65535, got 70000
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from zmqdata._wire.address import PROTOCOLS, parse_target
@@ -36,8 +36,13 @@ which a consumer holds what it receives until the dispatcher answers it
 (``_client/core.py``), so a consumer always notices it may have been fenced out."""
 
 
-def check_pipeline_size(pipeline_bytes: int, spec_bytes: int, cap: int) -> None:
+def check_pipeline_size(
+    pipeline_bytes: int, spec_bytes: int, cap: int, *, serialized: bool = True
+) -> None:
     """Refuses a registration over a dispatcher's ``max_pipeline_bytes`` (``cap``).
+
+    ``serialized=False``: ``pipeline_bytes`` is the least the pipeline will
+    serialize to (its data), checked before serializing it.
 
     >>> check_pipeline_size(10, 2, cap=11)
     Traceback (most recent call last):
@@ -45,9 +50,13 @@ def check_pipeline_size(pipeline_bytes: int, spec_bytes: int, cap: int) -> None:
     zmqdata.errors.InvalidArgumentError: the pipeline is 10 bytes (with its element spec 12), over the dispatcher's cap of 11 (DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes): read large data from files (e.g. list_files + map) instead of embedding it with from_tensor_slices / from_tensors, or raise the cap
     """
     if pipeline_bytes + spec_bytes > cap:
+        size = (
+            f"{pipeline_bytes} bytes (with its element spec {pipeline_bytes + spec_bytes})"
+            if serialized
+            else f"at least {pipeline_bytes} bytes (the data it embeds)"
+        )
         raise InvalidArgumentError(
-            f"the pipeline is {pipeline_bytes} bytes (with its element spec "
-            f"{pipeline_bytes + spec_bytes}), over the dispatcher's cap of {cap} "
+            f"the pipeline is {size}, over the dispatcher's cap of {cap} "
             "(DispatcherConfig.max_pipeline_bytes, YAML dispatcher.max_pipeline_bytes)"
             ": read large data from files (e.g. list_files + map) instead of "
             "embedding it with from_tensor_slices / from_tensors, or raise the cap"
@@ -153,10 +162,6 @@ class DispatcherConfig:
         job_gc_timeout_ms: How long a job may have no consumers before it is dropped.
         worker_timeout_ms: Silence after which a worker counts as gone.
         client_timeout_ms: Silence after which a consumer counts as gone.
-        fence_timeout_ms: Exactly once: a lost worker's unacknowledged keys
-            wait for every consumer of its iteration to fence it; a consumer
-            silent this long is not waited for (docs/reliability.md, Silent
-            consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
         gc_dynamic_sharding_jobs: Also collect DYNAMIC jobs (off: it breaks
             their visitation guarantee). Multi-rank reads are collected anyway.
         max_pipeline_bytes: The largest dataset registration (pipeline and
@@ -176,6 +181,14 @@ class DispatcherConfig:
             these keys may, and they may not make client requests unless
             ``curve_authorized_keys_dir`` holds them too. ``None`` (default,
             the old layout): every authorized key has both roles.
+        fence_timeout_ms: Exactly once: a lost worker's unacknowledged keys
+            wait for every consumer of its iteration to fence it; a consumer
+            silent this long is not waited for (docs/reliability.md, Silent
+            consumers). At least ``MIN_FENCE_TIMEOUT_MS``.
+
+    The fields shared/API.md lists come first, in its order (positional calls
+    written against it), the others after them; fields added from now on go
+    last, after ``_: KW_ONLY`` (keyword-only).
     """
 
     port: int = 0
@@ -188,13 +201,14 @@ class DispatcherConfig:
     job_gc_timeout_ms: int = 300_000
     worker_timeout_ms: int = 10_000
     client_timeout_ms: int = 60_000
-    fence_timeout_ms: int = 5_000
     gc_dynamic_sharding_jobs: bool = False
     max_pipeline_bytes: int = 64 * 2**20
     metrics_port: int | None = None
     curve_secret_key_file: str | None = None
     curve_authorized_keys_dir: str | None = None
     curve_worker_keys_dir: str | None = None
+    _: KW_ONLY
+    fence_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
         _validate(

@@ -143,6 +143,24 @@ def test_a_corrupt_chunk_fails_naming_it_and_ignore_errors_skips_it_whole(
     assert reads.count("chunk-1") == 1  # not once per element
 
 
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_chunk_changed_between_two_epochs_is_refused_naming_it(
+    tmp_path: Path, compression: str | None
+):
+    elements = make_save(str(tmp_path), sizes=(3, 4), compression=compression)
+    ds = zd.Dataset.load(str(tmp_path))
+    assert_bit_equal(list(ds), elements)
+    with (tmp_path / "chunks" / "chunk-1").open("r+b") as file:  # in place: mapped
+        file.seek(file.seek(0, 2) // 2)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ 0x01]))
+    with pytest.raises(  # UnreadableFileError: ignore_errors skips the chunk
+        InvalidArgumentError, match=r"chunk 'chunk-1' of the save at .* corrupt"
+    ):
+        list(ds)
+
+
 def test_memory_urls_hold_a_save_that_loads():
     root = f"memory://zmqdata-load-{uuid.uuid4().hex}"
     try:

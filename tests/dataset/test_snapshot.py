@@ -23,7 +23,7 @@ from hypothesis.extra import numpy as hnp
 
 from tests.dataset.checks import assert_bit_equal
 from tests.wire.test_frames import ARRAY_DTYPES  # the wire codec's dtypes
-from zmqdata._dataset import snapshot, specs, structure
+from zmqdata._dataset import snapshot, snapshot_chunks, specs, structure
 from zmqdata._dataset.snapshot import ChunkWriter, read_chunk
 from zmqdata.errors import (
     FailedPreconditionError,
@@ -244,6 +244,27 @@ def test_a_corrupt_or_truncated_chunk_is_named_before_any_element(
     file.unlink()
     with pytest.raises(NotFoundError, match="c7"):
         next(read_chunk(path, info, compression=compression))
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+@pytest.mark.parametrize("whole_read_max", [256 << 20, 64])  # 64: read in pieces
+def test_a_chunk_changed_after_a_good_read_is_refused_at_the_next(
+    tmp_path: Path, compression, whole_read_max: int, monkeypatch
+):
+    monkeypatch.setattr(snapshot_chunks, "_WHOLE_READ_MAX", whole_read_max)
+    path = str(tmp_path)
+    elements = [np.arange(100)] * 3
+    info = write_chunk(path, elements, compression, name="c7")
+    assert_bit_equal(list(read_chunk(path, info, compression=compression)), elements)
+    with (tmp_path / "chunks" / "c7").open("r+b") as file:  # in place, same size
+        file.seek(info["bytes"] - 4)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ 0x01]))
+    with pytest.raises(
+        snapshot.CorruptChunkError, match=r"chunk 'c7' of the save at .* is corrupt"
+    ):
+        next(read_chunk(path, info, compression=compression))  # before any element
 
 
 def test_a_chunk_holding_other_than_its_count_is_named(tmp_path: Path):

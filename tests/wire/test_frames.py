@@ -719,3 +719,22 @@ def assert_decodes_or_refuses(frames: list[Any]) -> None:
         return
     assert isinstance(elements, list)
     assert isinstance(meta, dict)
+
+
+@pytest.mark.parametrize(
+    ("elements", "total"),
+    [
+        ([np.broadcast_to(np.zeros(1, np.uint8), (2**30 + 1,))], 2**30 + 1),
+        ([np.broadcast_to(np.zeros(1, np.uint8), (600 << 20,))] * 2, 1200 << 20),
+        ([{"a": b"x" * 100, "b": np.broadcast_to(np.zeros(1), (2**27,))}], 2**30 + 100),
+    ],
+    ids=["one-array", "two-arrays", "bytes-and-array"],
+)
+def test_elements_over_a_message_are_refused_before_serializing(
+    elements: list[Any], total: int
+) -> None:
+    """The broadcast arrays hold a few bytes: encoding them would copy gigabytes."""
+    with pytest.raises(InvalidArgumentError) as raised:
+        encode(elements)
+    assert f"hold {total} bytes" in str(raised.value)
+    assert f"the {2**30} bytes one message may carry" in str(raised.value)

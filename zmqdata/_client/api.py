@@ -229,14 +229,21 @@ def register_dataset(
     compression = _compression(compression)
     if dataset_id is not None and (not isinstance(dataset_id, str) or not dataset_id):
         raise ValueError(f"dataset_id must be a non-empty str, got {dataset_id!r}")
+    timeout_s = settings.current().dispatcher_timeout_s
+    floor = graph.data_bytes(dataset._node)
+    cap = _cap(target, floor, timeout_s)
+    if cap is not None:  # refused before serializing (seconds for a large one)
+        check_pipeline_size(floor, 0, cap, serialized=False)
     request = m.GetOrRegisterDataset(
         pipeline=graph.serialize(dataset._node),
         dataset_id=dataset_id,
         compression=compression,
         element_spec=encode_spec(dataset.element_spec),
     )
-    timeout_s = settings.current().dispatcher_timeout_s
-    _refuse_over_cap(target, request, timeout_s)
+    sizes = len(request.pipeline), len(request.element_spec)
+    cap = _cap(target, sum(sizes), timeout_s) if cap is None else cap
+    if cap is not None:
+        check_pipeline_size(*sizes, cap)
     reply = rpc.call(target, request, m.GetOrRegisterDatasetReply, timeout_s)
     return reply.dataset_id
 
@@ -246,21 +253,19 @@ ASK_CAP_FROM = REQUEST_OVERHEAD_BYTES // 2
 within any dispatcher's ``max_request_bytes``, so the dispatcher answers it."""
 
 
-def _refuse_over_cap(
-    target: str, request: m.GetOrRegisterDataset, timeout_s: float
-) -> None:
-    """Raises, without sending ``request``, if it is over the dispatcher's cap.
+def _cap(target: str, size: int, timeout_s: float) -> int | None:
+    """The dispatcher's ``max_pipeline_bytes`` if a registration of ``size`` needs it.
 
-    A dispatcher disconnects a peer that sends more than it accepts, before
-    receiving it (docs/reliability.md, Hostile input).
+    One over it is refused without being sent: a dispatcher disconnects a
+    peer that sends more than it accepts, before receiving it
+    (docs/reliability.md, Hostile input). None: small, or not told (a
+    dispatcher of protocol v5).
     """
-    sizes = len(request.pipeline), len(request.element_spec)
-    if sum(sizes) < ASK_CAP_FROM:
-        return
+    if size < ASK_CAP_FROM:
+        return None
     status = rpc.call(target, m.GetStatus(), m.GetStatusReply, timeout_s).status
     cap = status.get("max_pipeline_bytes")
-    if type(cap) is int:  # not told by a dispatcher of protocol v5
-        check_pipeline_size(*sizes, cap)
+    return cap if type(cap) is int else None
 
 
 def from_dataset_id(

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
-import mmap
 import zlib
 from collections.abc import Iterator, Mapping
 from types import TracebackType
@@ -36,12 +34,8 @@ MAX_ELEMENT_BYTES = 2**32 - 1
 """The largest element (encoded): what a reader's msgpack buffer holds."""
 _READ_SIZE = 16 << 20
 """What a zstd chunk's reader decompresses at a time."""
-_RAW_READ_MAX = 256 << 20
-"""A raw chunk up to this size is handed to msgpack in one read (one copy)."""
-_VERIFIED: dict[tuple[str, int, int], None] = {}
-"""Chunks whose CRC-32 this process checked (by name, size and CRC): a chunk
-read again (the next epoch) is not checksummed again. Oldest dropped first."""
-_VERIFIED_KEPT = 100_000
+_WHOLE_READ_MAX = 256 << 20
+"""A chunk up to this size is read in one piece (one copy), checked, then decoded."""
 
 
 def check_compression(compression: Any) -> str | None:
@@ -259,10 +253,9 @@ def read_chunk(
     """The elements of chunk ``info`` of the save at ``path``, from ``first`` on.
 
     The chunk is mapped (a local file) or read whole (an object), and its
-    size and CRC-32 checked before any element comes out (the CRC the first
-    time this process reads the chunk): a truncated or corrupt chunk raises
-    ``CorruptChunkError`` (an ``InvalidArgumentError``) naming it, a missing
-    one ``NotFoundError``.
+    size and CRC-32 checked at every read, before any element comes out: a
+    truncated, corrupt or changed chunk raises ``CorruptChunkError`` (an
+    ``InvalidArgumentError``) naming it, a missing one ``NotFoundError``.
     """
     info = check_chunk(info, path)
     name = info["name"]
@@ -275,8 +268,14 @@ def _elements(
     data: Any, info: dict[str, Any], where: str, first: int, compression: str | None
 ) -> Iterator[Any]:
     """``read_chunk``'s elements from the chunk's bytes ``data``, checked first."""
-    _verify(data, info, where)
-    unpacker = _unpacker(data, compression)
+    if len(data) != info["bytes"]:
+        raise CorruptChunkError(
+            f"{where} is {len(data)} bytes, not the {info['bytes']} its manifest "
+            "lists (truncated or changed)"
+        )
+    if len(data) > _WHOLE_READ_MAX:  # read in pieces: checked whole first as well
+        _check_crc(zlib.crc32(data), info, where)
+    unpacker = _unpacker(_CheckedReader(data, info, where), len(data), compression)
     number = 0
     try:
         while number < first:
@@ -287,6 +286,8 @@ def _elements(
             number += 1
     except msgpack.OutOfData:  # skipped past the end: counted below
         pass
+    except CorruptChunkError:
+        raise
     except (ValueError, TypeError, msgpack.UnpackException, zstandard.ZstdError) as e:
         raise CorruptChunkError(f"{where}: element {number}: {e}") from e
     if number != info["elements"]:
@@ -296,36 +297,54 @@ def _elements(
         )
 
 
-def _verify(data: Any, info: dict[str, Any], where: str) -> None:
-    """Checks the chunk's size, and its CRC-32 the first time this process reads it."""
-    if len(data) != info["bytes"]:
+def _check_crc(crc32: int, info: dict[str, Any], where: str) -> None:
+    if crc32 != info["crc32"]:
         raise CorruptChunkError(
-            f"{where} is {len(data)} bytes, not the {info['bytes']} its manifest "
-            "lists (truncated or changed)"
+            f"{where} is corrupt or changed: its CRC-32 does not match its manifest's"
         )
-    checked = (where, info["bytes"], info["crc32"])
-    if checked in _VERIFIED:
-        return
-    if zlib.crc32(data) != info["crc32"]:
-        raise CorruptChunkError(
-            f"{where} is corrupt: its CRC-32 does not match its manifest's"
-        )
-    _VERIFIED[checked] = None
-    while len(_VERIFIED) > _VERIFIED_KEPT:
-        del _VERIFIED[next(iter(_VERIFIED))]
 
 
-def _unpacker(data: Any, compression: str | None) -> msgpack.Unpacker:
-    """A msgpack reader of the chunk's bytes ``data``, decompressing them if zstd."""
-    stream: Any = data if isinstance(data, mmap.mmap) else io.BytesIO(data)
-    read_size = min(max(len(data), 1), _RAW_READ_MAX)
+class _CheckedReader:
+    """The chunk's bytes ``data`` as a stream, checksumming what it hands out.
+
+    The CRC-32 is of the very bytes the decoder gets (so a chunk changed while
+    mapped cannot slip past it), checked when the last byte is read: the first
+    read of a chunk up to ``_WHOLE_READ_MAX`` takes all of it (``_unpacker``).
+    """
+
+    def __init__(self, data: Any, info: dict[str, Any], where: str) -> None:
+        self._data = data
+        self._info = info
+        self._where = where
+        self._at = 0
+        self._crc32 = 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else min(self._at + size, len(self._data))
+        if self._at >= end:
+            return b""
+        piece = bytes(self._data[self._at : end])  # the whole of a bytes: no copy
+        self._crc32 = zlib.crc32(piece, self._crc32)
+        self._at = end
+        if end == len(self._data):
+            _check_crc(self._crc32, self._info, self._where)
+        return piece
+
+
+def _unpacker(
+    stream: _CheckedReader, size: int, compression: str | None
+) -> msgpack.Unpacker:
+    """A msgpack reader of the chunk's ``stream`` (``size`` bytes), decompressed if zstd."""
+    whole = min(max(size, 1), _WHOLE_READ_MAX)
+    source: Any = stream
+    read_size = whole
     if check_compression(compression) == "zstd":
-        stream = zstandard.ZstdDecompressor().stream_reader(
-            stream, read_across_frames=True
+        source = zstandard.ZstdDecompressor().stream_reader(
+            cast(IO[bytes], stream), read_size=whole, read_across_frames=True
         )
         read_size = _READ_SIZE
     return msgpack.Unpacker(
-        stream,
+        source,
         read_size=read_size,
         object_hook=decode_map,
         max_buffer_size=0,  # 4 GiB: MAX_ELEMENT_BYTES

@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from zmqdata._wire.codec import byte_view, maybe_compress
-from zmqdata._wire.limits import OBJECTS_FLOOR, OBJECTS_PER_BYTE
+from zmqdata._wire.limits import DEFAULT_LIMITS, OBJECTS_FLOOR, OBJECTS_PER_BYTE
 from zmqdata._wire.schema import (
     ARRAY_KINDS,
     COLUMN_MAX_NDIM,
@@ -52,6 +52,7 @@ class Encoder:
     def __init__(self, level: int | None) -> None:
         self._level = level
         self._inline = 0
+        self._bytes = 0
         self.table: list[list[Any]] = []
         self.frames: list[bytes | memoryview] = []
 
@@ -109,12 +110,15 @@ class Encoder:
         dtype: np.dtype[Any] = sig[1]
         if sig[0] == "s":
             return ["s", dtype.str, self._place(np.array(values, dtype=dtype))]
+        self._claim(n * math.prod(sig[2]) * dtype.itemsize)
         column = values[0] if n == 1 else np.array(values, dtype=dtype)
         return ["a", dtype.str, list(sig[2]), self._place(column)]
 
     def _values(self, kind: type, values: Sequence[Any], n: int) -> list[Any]:
         """A ``"p"`` leaf (a typed array) if worth it, else a ``"v"`` one."""
         name = VALUE_TYPES[kind]
+        if kind is bytes or kind is str:
+            self._claim(sum(map(len, values)))
         dtype = TYPED_COLUMNS.get(name)
         if dtype is not None and n >= MIN_TYPED_COLUMN:
             try:
@@ -124,6 +128,17 @@ class Encoder:
             else:
                 return ["p", name, self._place(column)]
         return ["v", name, list(values)]
+
+    def _claim(self, nbytes: int) -> None:
+        """Counts ``nbytes`` more, refused over what a receiver accepts, unserialized."""
+        self._bytes += nbytes
+        limit = DEFAULT_LIMITS.max_bytes
+        if self._bytes > limit:
+            raise InvalidArgumentError(
+                f"the elements hold {self._bytes} bytes or more of arrays, bytes and "
+                f"str, over the {limit} bytes one message may carry (what every "
+                "receiver accepts): send smaller elements (e.g. smaller batches)"
+            )
 
     def _place(self, array: np.ndarray[Any, Any]) -> bytes | int:
         """Puts ``array``'s bytes inline (returned) or in a frame (its index)."""
