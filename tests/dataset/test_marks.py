@@ -1,5 +1,8 @@
 """Marks: a pipeline read again after a loss makes no output delivered before.
 
+Marks serve the exactly-once jobs of an older dispatcher's journal (keys of
+source elements); this release's jobs key split outputs (``test_split_runs.py``).
+
 Each composition of ops (``test_lineage.pipelines``) is read with marks; a
 consumer "receives" a prefix of its elements: the keys they claim and the
 latest mark of each root, as the dispatcher keeps them. The rest is read again
@@ -47,7 +50,9 @@ def guarantee(names: list[str]) -> str:
       ``batch`` above an expanding op groups what is left otherwise, and a
       ``filter`` of those batches keeps others; an interleave above another
       expanding op may deliver one input's outputs out of the order marks
-      assume (``test_nested_interleaves_may_lose_an_output``).
+      assume. Marks serve only jobs of an older dispatcher's journal; this
+      release's exactly-once jobs run splits (``test_split_runs.py``, where
+      that case is exact).
     """
     expanding = [i for i, name in enumerate(names) if name in EXPANDING]
     if LOSSY & set(names):
@@ -147,21 +152,3 @@ def test_batches_of_expanded_outputs_unbatched_are_acknowledged_one_by_one():
 
     _, rest, made = take_over(build, [0], 0.5)
     assert made == rest  # element 14 (row 0 of [14, 15]) is not made again
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: an interleave above another expanding op delivers one "
-    "input's outputs out of the order its marks assume (docs/architecture.md)",
-)
-def test_nested_interleaves_may_lose_an_output():
-    def build(ds: zd.Dataset) -> zd.Dataset:
-        twice = ds.batch(2).interleave(
-            lambda x: zd.Dataset.from_tensors(x).repeat(2), cycle_length=2
-        )
-        return twice.interleave(
-            lambda x: zd.Dataset.from_tensors(x).repeat(2), cycle_length=5
-        )
-
-    _, rest, made = take_over(build, [0], 0.1)
-    assert not rest - made  # [2, 3] of the second inner output: lost
