@@ -14,6 +14,8 @@ receiving side.
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
 from typing import ClassVar
 
 __all__ = [
@@ -95,12 +97,67 @@ def from_code(code: str, message: str) -> ZmqDataError:
     return _BY_CODE.get(code, ZmqDataError)(message)
 
 
+OP_NOTE = "zmqdata op: "
+"""How a note on an exception names the op whose user function raised it
+(``add_note``: a local traceback shows it too)."""
+MAX_MESSAGE_CHARS = 2000
+"""The most characters of an exception's own message sent on the wire ..."""
+MAX_TRACEBACK_CHARS = 8000
+"""... and of its traceback (the innermost frames kept)."""
+_PACKAGE = str(Path(__file__).parent)
+
+
+def in_op(error: BaseException, op: str) -> None:
+    """Notes on ``error`` that ``op``'s user function raised it (the innermost op)."""
+    notes = getattr(error, "__notes__", ())
+    if not any(note.startswith(OP_NOTE) for note in notes):
+        error.add_note(OP_NOTE + op)
+
+
 def to_code(error: BaseException) -> tuple[str, str]:
     """Returns ``(code, message)`` for any exception, for sending on the wire.
 
     Exceptions that are not zmqdata errors (e.g. raised in user code) travel as
-    ``INVALID_ARGUMENT`` with their type name kept in the message.
+    ``INVALID_ARGUMENT``: the op that raised, the type, the message and the
+    traceback, bounded (``MAX_MESSAGE_CHARS``, ``MAX_TRACEBACK_CHARS``).
+
+    >>> code, text = to_code(KeyError("b"))
+    >>> code, text
+    ('INVALID_ARGUMENT', "KeyError: 'b'")
+    >>> error = KeyError("b"); in_op(error, "map(parse)")
+    >>> to_code(error)[1].splitlines()[0]
+    "map(parse) raised KeyError: 'b'"
     """
     if isinstance(error, ZmqDataError):
         return error.code, error.message
-    return InvalidArgumentError.code, f"{type(error).__name__}: {error}"
+    text = _cut(f"{type(error).__name__}: {error}", MAX_MESSAGE_CHARS, tail=False)
+    ops = [n for n in getattr(error, "__notes__", ()) if n.startswith(OP_NOTE)]
+    if ops:
+        text = f"{ops[0].removeprefix(OP_NOTE)} raised {text}"
+    if error.__traceback__ is not None:
+        text += "\n\n" + _cut(_user_traceback(error), MAX_TRACEBACK_CHARS, tail=True)
+    return InvalidArgumentError.code, text
+
+
+def _user_traceback(error: BaseException) -> str:
+    """``error``'s traceback, from its first frame outside zmqdata (if any)."""
+    told = traceback.TracebackException.from_exception(error)
+    frames = list(told.stack)
+    first = next(
+        (i for i, f in enumerate(frames) if not f.filename.startswith(_PACKAGE)), 0
+    )
+    told.stack = traceback.StackSummary.from_list(frames[first:])
+    return "".join(told.format()).rstrip("\n")
+
+
+def _cut(text: str, limit: int, tail: bool) -> str:
+    """``text``, its ``limit`` last (``tail``) or first characters, saying how many were cut.
+
+    >>> print(_cut("abcdef", 3, tail=True))
+    [3 characters cut]
+    def
+    """
+    if len(text) <= limit:
+        return text
+    cut = f"[{len(text) - limit} characters cut]"
+    return f"{cut}\n{text[-limit:]}" if tail else f"{text[:limit]}\n{cut}"

@@ -86,13 +86,13 @@ def test_an_unsent_request_gives_its_credit_back_and_is_retried_later() -> None:
     assert requests(out) == [("tcp://w:1", 1, 3)]
 
 
-def test_a_request_not_found_is_retried_after_its_deadline_backing_off() -> None:
+def test_a_request_absent_is_retried_after_its_deadline_backing_off() -> None:
     read_core, _ = reader(credit=1, tasks=(1,))
     [ask] = only(i.ToWorker, read_core.handle(i.Drained(), 0.0))
     retries = []
     now = 0.0
     for _ in range(3):
-        error = m.Error(request_id=ask.request.request_id, code="NOT_FOUND", message="")
+        error = m.Error(request_id=ask.request.request_id, code=m.ABSENT, message="")
         assert read_core.handle(i.FromWorker(error, [b""]), now) == []
         asked_at = now
         while not requests(out := read_core.handle(i.Drained(), now)):

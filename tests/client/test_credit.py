@@ -8,6 +8,7 @@ import pytest
 from tests.client.fakes import Reader, options, state
 from zmqdata._client import core, credit
 from zmqdata._client.core import END, Failure
+from zmqdata._wire import messages as m
 from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -80,12 +81,12 @@ def test_scarce_credit_rotates_over_the_tasks() -> None:
     assert served == [1, 2, 3, 1, 2, 3]
 
 
-def test_not_found_is_asked_again_with_backoff() -> None:
+def test_a_task_absent_is_asked_again_with_backoff() -> None:
     reader = Reader(options(max_outstanding_requests=8), [1])
     delays = []
     for _ in range(7):
         [request] = reader.sent.take()
-        reader.error(request, "NOT_FOUND")
+        reader.error(request, m.ABSENT)
         asked_at = reader.now
         while not reader.sent.to_workers:
             reader.advance(0.001)
@@ -95,14 +96,15 @@ def test_not_found_is_asked_again_with_backoff() -> None:
     reader.reply(request, [1])  # a reply starts the backoff again
     reader.consume(1)
     reader.core.request_more(reader.now)
-    reader.error(reader.sent.take()[0], "NOT_FOUND")
+    reader.error(reader.sent.take()[0], m.ABSENT)
     reader.advance(0.004)
     assert len(reader.sent.take()) == 1
 
 
-def test_a_worker_error_fails_the_read() -> None:
+@pytest.mark.parametrize("code", ["INVALID_ARGUMENT", "NOT_FOUND"])
+def test_a_worker_error_fails_the_read(code: str) -> None:
     reader = Reader(options(max_outstanding_requests=8), [1])
-    reader.error(reader.sent.take()[0], "INVALID_ARGUMENT")
+    reader.error(reader.sent.take()[0], code)
     [failure] = reader.sent.trainer
     assert isinstance(failure, Failure)
     assert reader.core.done

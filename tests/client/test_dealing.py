@@ -664,11 +664,11 @@ def _plan_with_request() -> tuple[Sim, m.GetElements]:
     return sim, request
 
 
-def test_not_found_is_asked_again_after_a_backoff():
+def test_absent_is_asked_again_after_a_backoff():
     sim, request = _plan_with_request()
     core = sim.ranks[0].core
     core.on_worker(
-        m.Error(request_id=request.request_id, code="NOT_FOUND", message="not yet"),
+        m.Error(request_id=request.request_id, code=m.ABSENT, message="not yet"),
         [b""],
         sim.now,
     )

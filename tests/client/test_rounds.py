@@ -6,6 +6,7 @@ from typing import Any
 
 from tests.client.fakes import Reader, options, state
 from zmqdata._client import rounds
+from zmqdata._wire import messages as m
 
 
 def _reader(window: int, **extra: Any) -> Reader:
@@ -58,10 +59,10 @@ def test_rounds_of_a_task_gone_are_skipped() -> None:
     assert reader.elements() == ["r0", "r2"]
 
 
-def test_not_found_rounds_are_asked_again() -> None:
+def test_absent_rounds_are_asked_again() -> None:
     reader = _reader(8, rounds=[[0, [1]]], horizon=2)
     [request] = reader.sent.take()
-    reader.error(request, "NOT_FOUND")
+    reader.error(request, m.ABSENT)
     reader.core.request_more(reader.now)
     assert reader.sent.take() == []
     reader.advance(rounds.NOT_FOUND_RETRY_S)

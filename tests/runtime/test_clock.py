@@ -25,6 +25,15 @@ def test_a_floor_and_a_reset() -> None:
     assert steady.next_delay() == 0.1
 
 
+@pytest.mark.parametrize("initial_s", [0.004, 0.0])
+def test_ten_thousand_attempts_wait_the_maximum_without_overflowing(
+    initial_s: float,
+) -> None:
+    backoff = Backoff(initial_s, 0.1, jitter=0.0)
+    delays = [backoff.next_delay() for _ in range(10_000)]
+    assert delays[-1] == (0.1 if initial_s else 0.0)
+
+
 def test_retry_waits_between_retryable_errors_only() -> None:
     waits: list[float] = []
     errors = [BlockingIOError("busy"), BlockingIOError("busy")]

@@ -120,7 +120,7 @@ def test_worker_data_socket_answers_garbage_with_errors_and_keeps_serving(
             m.GetElements(request_id=54, task_id=999_999, client_id=1, max_elements=1)
         )
     )
-    error_answer(sock, "NOT_FOUND")
+    error_answer(sock, m.ABSENT)
     sock.send_multipart([b"one", b"two"])
     sock.send(m.encode(m.Ok(request_id=55)))
     assert error_answer(sock, "INVALID_ARGUMENT").request_id == 55

@@ -85,6 +85,27 @@ def test_versions_outside_the_accepted_ones_are_refused_with_both_named(version)
 # ------------------------------------------------------------------ a requester
 
 
+def test_absent_is_not_found_to_and_from_a_peer_before_it() -> None:
+    absent = m.Error(
+        request_id=4, code=m.ABSENT, message="task 3 is not on this worker"
+    )
+    assert m.decode(m.encode(absent, NEW)) == absent
+    assert wire(m.encode(absent, 5))["code"] == "NOT_FOUND"
+    assert m.decode(m.encode(absent, 5)) == absent  # an old worker's, read here
+    for text in ("task 3 was deleted", "split 2 is not held by task 3"):
+        assert (
+            m.decode(m.encode(m.Error(code="NOT_FOUND", message=text), 5)).code
+            == m.ABSENT
+        )
+
+
+def test_an_older_peers_file_not_found_stays_an_error() -> None:
+    for text in ("/d/1.tar: no such file or object", "task 3 is not on this worker!"):
+        gone = m.Error(code="NOT_FOUND", message=text)
+        assert m.decode(m.encode(gone, 5)) == gone
+        assert m.decode(m.encode(gone, NEW)) == gone
+
+
 def test_a_refusal_by_the_older_version_is_recognised_and_nothing_else_is():
     refusal, version = m.decode_versioned(refusal_by_old())
     assert refused_by(refusal, version) == OLD

@@ -8,7 +8,7 @@ When that share is more than ``REQUEST_BYTES`` of elements (large arrays), a
 task gets requests of about ``REQUEST_BYTES`` each, ``PIPELINED_REQUESTS`` of
 them in flight, so the link never idles while the next request travels.
 Scarce credit goes to the task asked longest ago. A task its worker has not
-started yet (``NOT_FOUND``) is asked again with backoff. Its methods return
+started yet (``ABSENT``) is asked again with backoff. Its methods return
 what to send (``instructions``); the fetcher sends it.
 """
 
@@ -22,8 +22,8 @@ from zmqdata._client.instructions import (
     decode_elements,
 )
 from zmqdata._client.options import ReadOptions
+from zmqdata._client.refusals import refused
 from zmqdata._wire import messages as m
-from zmqdata.errors import from_code
 
 DEFAULT_MAX_OUTSTANDING = 1024
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
@@ -175,12 +175,13 @@ class CreditPlan:
         return out + core.report_if_finished(task, now)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
-        """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
+        """``ABSENT``: the worker has not started the task yet: ask again soon."""
         task = self._requests.pop(error.request_id, None)
         if task is None:
             return []  # answers a request dropped with its task (a worker that left)
-        if error.code != "NOT_FOUND":
-            return core.fail(from_code(error.code, error.message))
+        failure = refused(error)
+        if failure is not None:
+            return core.fail(failure)
         self._in_flight -= task.requests.pop(error.request_id, 0)
         if task.finished:
             return core.report_if_finished(task, now)

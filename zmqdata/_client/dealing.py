@@ -40,10 +40,11 @@ from zmqdata._client.instructions import (
     decode_elements,
 )
 from zmqdata._client.options import ReadOptions
+from zmqdata._client.refusals import refused
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
-from zmqdata.errors import InvalidArgumentError, from_code
+from zmqdata.errors import InvalidArgumentError
 
 DEFAULT_WINDOW = 1024
 """Elements asked for ahead of the trainer when max_outstanding_requests is unset
@@ -434,12 +435,13 @@ class DealPlan:
         return self._deliver(core)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
-        """``NOT_FOUND``: the holder has not started the task (or the split moved)."""
+        """``ABSENT``: the holder has not started the task (or the split moved)."""
         request = self._requests.pop(error.request_id, None)
         if request is None:
             return []
-        if error.code != "NOT_FOUND":
-            return core.fail(from_code(error.code, error.message))
+        failure = refused(error)
+        if failure is not None:
+            return core.fail(failure)
         self._ask_again(request.wanted.values())
         task = core.tasks.get(request.task_id)
         if task is not None:

@@ -12,7 +12,7 @@ a consumer requests rounds below the horizon only, and asks for a further
 horizon (a heartbeat with its current round) well before it gets there. A
 worker that joins enters the schedule at the horizon; rounds owed by a task
 whose worker died are skipped by every consumer alike. A round its worker has not started yet
-(``NOT_FOUND``) is asked again after ``NOT_FOUND_RETRY_S``. Its methods return
+(``ABSENT``) is asked again after ``NOT_FOUND_RETRY_S``. Its methods return
 what to send and deliver (``instructions``).
 """
 
@@ -29,8 +29,8 @@ from zmqdata._client.instructions import (
     decode_elements,
 )
 from zmqdata._client.options import ReadOptions
+from zmqdata._client.refusals import refused
 from zmqdata._wire import messages as m
-from zmqdata.errors import from_code
 
 DEFAULT_WINDOW = 256
 """Rounds requested ahead of the trainer when max_outstanding_requests is unset."""
@@ -172,12 +172,14 @@ class RoundPlan:
         return self._deliver_in_order(core)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
-        """``NOT_FOUND``: the worker has not started the task yet: ask again soon."""
+        """``ABSENT``: the worker has not started the task yet: ask again soon."""
         batch = self._batches.pop(error.request_id, None)
-        if batch is not None and error.code == "NOT_FOUND":
+        failure = refused(error)
+        if failure is not None:
+            return core.fail(failure)
+        if batch is not None:
             self._retry.append((now + NOT_FOUND_RETRY_S, batch[1]))
-            return []
-        return core.fail(from_code(error.code, error.message))
+        return []
 
     def _deliver_in_order(self, core: ReadCore) -> list[Instruction]:
         run = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
+from zmqdata.errors import in_op
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +101,16 @@ def make_iterator(node: Node, ctx: IterContext) -> DatasetIterator:
     return iterator if ctx.profile is None else ctx.profile.wrap(node, iterator)
 
 
-def call_unpacked(fn: Callable[..., Any], element: Any) -> Any:
-    """Calls ``fn(*element)`` for tuples and ``fn(element)`` otherwise."""
-    return fn(*element) if isinstance(element, tuple) else fn(element)
+def call_unpacked(fn: Callable[..., Any], element: Any, op: str) -> Any:
+    """Calls ``fn(*element)`` for tuples and ``fn(element)`` otherwise.
+
+    What it raises names ``op`` (``errors.in_op``): a worker sends it on.
+    """
+    try:
+        return fn(*element) if isinstance(element, tuple) else fn(element)
+    except Exception as error:
+        in_op(error, op)
+        raise
 
 
 @functools.cache

@@ -73,7 +73,7 @@ def every() -> int:
     return value
 
 
-USER_FUNCTIONS: Final = ("fn", "predicate")
+USER_FUNCTIONS: Final = ("fn", "predicate", "element_length_func")
 """The arguments of ops that hold the user's function (its name labels the op)."""
 
 

@@ -33,6 +33,10 @@ T = TypeVar("T")
 
 now = time.monotonic
 
+MAX_DOUBLINGS = 1000
+"""The most doublings a ``Backoff`` counts: ``2.0 ** 1000`` is a finite float,
+so no delay overflows however long a retry goes on."""
+
 
 class Deadline:
     """A point in time ``timeout_s`` after ``now`` (``None``: never)."""
@@ -56,6 +60,8 @@ class Deadline:
 class Backoff:
     """Exponential backoff: delay k is ``cap = min(maximum, initial * 2**k)``, jittered.
 
+    ``k`` stops at ``MAX_DOUBLINGS``: a retry may go on for ever, never overflowing.
+
     ``jitter`` is the share of the cap drawn at random: 1 (the default, full
     jitter) gives a delay uniform in ``[0, cap]``, 0.5 one in ``[cap / 2, cap]``,
     0 the cap itself. ``rng`` returns a float in [0, 1); ``minimum_s`` is a floor.
@@ -75,8 +81,8 @@ class Backoff:
 
     def next_delay(self) -> float:
         """The delay before the next attempt."""
-        cap = min(self._maximum, self._initial * 2**self._attempt)
-        self._attempt += 1
+        cap = min(self._maximum, self._initial * 2.0**self._attempt)
+        self._attempt = min(self._attempt + 1, MAX_DOUBLINGS)
         share = 1.0 - self._jitter + self._jitter * self._rng()
         return max(self._minimum, float(cap * share))
 

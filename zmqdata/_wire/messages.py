@@ -22,16 +22,17 @@ GetSplit(request_id=7, iteration_id=3, repetition=0, task_id=0, max_splits=4, co
 
 from __future__ import annotations
 
+import re
 import types
 import typing
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 import msgpack
 
 from zmqdata._version import OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION
 from zmqdata._wire.budget import COUNT_FROM, UnpackBudget, count_values
-from zmqdata._wire.messages_base import Error, Message, Ok
+from zmqdata._wire.messages_base import ABSENT, Error, Message, Ok
 from zmqdata._wire.messages_clients import (
     ClientHeartbeat,
     GetDatasetInfo,
@@ -73,6 +74,7 @@ from zmqdata._wire.messages_workers import (
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 __all__ = [
+    "ABSENT",
     "ADDED_IN",
     "MAX_FINGERPRINT_CHARS",
     "MAX_PIPELINES_HELD",
@@ -157,6 +159,45 @@ ADDED_IN: dict[str, int] = {
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
 default). A message encoded for an older peer leaves the fields out."""
+
+ABSENT_SINCE = 6
+"""The version that says ``ABSENT``; older peers said ``NOT_FOUND``, with these texts:"""
+_ABSENT_BEFORE = re.compile(
+    r"task \d+ is not on this worker|task \d+ was deleted"
+    r"|split \d+ is not held by task \d+"
+)
+
+
+def _absent_for_older(message: Message, version: int) -> Message:
+    """``message`` for a peer of ``version``: ``ABSENT`` is ``NOT_FOUND`` before v6.
+
+    >>> _absent_for_older(Error(code=ABSENT, message="task 3 was deleted"), 5).code
+    'NOT_FOUND'
+    """
+    if version < ABSENT_SINCE and isinstance(message, Error) and message.code == ABSENT:
+        return replace(message, code="NOT_FOUND")
+    return message
+
+
+def _absent_from_older(message: Message, version: int) -> Message:
+    """``message`` of a peer of ``version``: ``NOT_FOUND`` of a task not held is ``ABSENT``.
+
+    Any other ``NOT_FOUND`` (a file gone) stays an error.
+
+    >>> _absent_from_older(Error(code="NOT_FOUND", message="task 3 was deleted"), 5)
+    Error(request_id=0, code='ABSENT', message='task 3 was deleted')
+    >>> _absent_from_older(Error(code="NOT_FOUND", message="a.tar: no such file"), 5)
+    Error(request_id=0, code='NOT_FOUND', message='a.tar: no such file')
+    """
+    if (
+        version < ABSENT_SINCE
+        and isinstance(message, Error)
+        and message.code == "NOT_FOUND"
+        and _ABSENT_BEFORE.fullmatch(message.message)
+    ):
+        return replace(message, code=ABSENT)
+    return message
+
 
 MESSAGES: dict[str, type[Message]] = {
     cls.TYPE: cls
@@ -300,7 +341,10 @@ def encode(message: Message, version: int = PROTOCOL_VERSION) -> bytes:
     value is their default, for every peer: a quiet heartbeat is a few bytes.
     """
     cls = type(message)
-    names = _NAMES[cls] if version == PROTOCOL_VERSION else _fields_at(cls, version)
+    names = _NAMES[cls]
+    if version != PROTOCOL_VERSION:
+        names = _fields_at(cls, version)
+        message = _absent_for_older(message, version)
     defaults = _DEFAULTS[cls]
     body = {
         name: value
@@ -339,9 +383,12 @@ def decode_versioned(data: bytes | memoryview) -> tuple[Message, int]:
         if allowed is not None:  # an unknown name: refused by the constructor
             _check_field(cls, name, value, allowed)
     try:
-        return cls(**body), version
+        message = cls(**body)
     except TypeError as error:
         raise InvalidArgumentError(f"malformed {cls.TYPE}: {error}") from None
+    if version != PROTOCOL_VERSION:
+        message = _absent_from_older(message, version)
+    return message, version
 
 
 def _unpack(data: bytes | memoryview) -> dict[Any, Any]:

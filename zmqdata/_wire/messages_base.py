@@ -22,9 +22,17 @@ class Message:
     request_id: int = 0
 
 
+ABSENT = "ABSENT"
+"""The ``Error.code`` of a worker asked for a task or split it does not hold
+(not started yet, or moved on): a state, not an error; the reader asks again
+later. Never a ``zmqdata.errors`` code, so a task that failed with
+``NotFoundError`` is not taken for one not started (peers of protocol 5 said
+``NOT_FOUND`` for both: ``messages`` translates)."""
+
+
 @dataclass(slots=True, kw_only=True)
 class Error(Message):
-    """A failed request: ``code`` is a ``zmqdata.errors`` code."""
+    """A failed request: ``code`` is a ``zmqdata.errors`` code, or ``ABSENT``."""
 
     TYPE: ClassVar[str] = "error"
     code: str

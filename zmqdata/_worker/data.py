@@ -103,6 +103,8 @@ class DataLoop(PollLoop):
         self._bad_input = RateLimitedLog(logger)
         self._shared = SharedServing()
         self.endpoint = self.inproc_endpoint = ""
+        self.address = ""
+        """The data address the worker advertises: its errors name it."""
         self.stats = ServeStats()
         """Everything this loop served (written on the loop thread only)."""
         self._links = PeerLinks()
@@ -229,8 +231,7 @@ class DataLoop(PollLoop):
         message = request[2]
         runner = self._runners.get(message.task_id)
         if runner is None:
-            text = f"task {message.task_id} is not on this worker"
-            self._reply_error(request, "NOT_FOUND", text)
+            self._reply_absent(request)
             return
         if runner.num_consumers is None or message.consumer_index is None:
             text = f"task {message.task_id} is not a coordinated-read task"
@@ -255,7 +256,7 @@ class DataLoop(PollLoop):
             self._rounds.pop(task_id)
             for waiting in rounds.pop_all():
                 text = f"task {task_id} was deleted"
-                self._reply_error(waiting.request, "NOT_FOUND", text)
+                self._reply_error(waiting.request, m.ABSENT, text)
             return
         for round_ in rounds.ready():
             items = runner.buffer.take_exactly(rounds.num_consumers)
@@ -291,17 +292,16 @@ class DataLoop(PollLoop):
     def _serve(self, request: Request) -> bool:
         """Answers ``request`` if there is anything to say; False to park it."""
         runner = self._runners.get(request[2].task_id)
-        if request[2].split >= 0 or (runner is not None and runner.dealt is not None):
+        if runner is None:
+            self._reply_absent(request)
+            return True
+        if request[2].split >= 0 or runner.dealt is not None:
             return self._serve_dealt(request, runner)
-        output = None
-        if runner is not None:
-            output = runner.buffer if runner.cache is None else runner.cache
-        tracked = runner is not None and runner.tracked
-        decision = serving.answer(request[2], output, tracked)
+        output = runner.buffer if runner.cache is None else runner.cache
+        decision = serving.answer(request[2], output, runner.tracked)
         if isinstance(decision, serving.Refuse):
             self._reply_error(request, decision.code, decision.text)
         elif decision is not None:
-            assert runner is not None
             self._send_items(
                 request,
                 decision.items,
@@ -311,19 +311,22 @@ class DataLoop(PollLoop):
             )
         return decision is not None
 
-    def _serve_dealt(self, request: Request, runner: TaskRunner | None) -> bool:
+    def _serve_dealt(self, request: Request, runner: TaskRunner) -> bool:
         """A multi-rank read's request for indices of one split (``dealt.py``)."""
-        if runner is not None and runner.dealt is None:
+        if runner.dealt is None:
             text = (
                 f"task {runner.task_id} is not a multi-rank task: ask without a split"
             )
             self._reply_error(request, "INVALID_ARGUMENT", text)
             return True
-        decision = dealt.answer(request[2], None if runner is None else runner.dealt)
+        decision = dealt.answer(request[2], runner.dealt)
         if isinstance(decision, serving.Refuse):
-            self._reply_error(request, decision.code, decision.text)
+            # A split not held is refused NOT_FOUND, as is a task that failed so:
+            # only the task's own error is one.
+            own = (decision.code, decision.text) == runner.dealt.error
+            code = decision.code if own or decision.code != "NOT_FOUND" else m.ABSENT
+            self._reply_error(request, code, decision.text)
         elif decision is not None:
-            assert runner is not None
             told = {
                 "split": decision.split,
                 "indices": decision.indices,
@@ -388,10 +391,17 @@ class DataLoop(PollLoop):
             groups.append(frames.encode(raw))
         return groups
 
+    def _reply_absent(self, request: Request) -> None:
+        """The task is not on this worker (not yet, or no more): ask again later."""
+        text = f"task {request[2].task_id} is not on this worker"
+        self._reply_error(request, m.ABSENT, text)
+
     def _reply_error(self, request: Request, code: str, text: str) -> None:
         sock, peer, message = request
+        if code != m.ABSENT:
+            text = f"worker {self.address} (task {message.task_id}): {text}"
         error = m.Error(request_id=message.request_id, code=code, message=text)
-        if code == "NOT_FOUND":
+        if code == m.ABSENT:
             self.stats.missed()
         else:
             self.stats.failed()

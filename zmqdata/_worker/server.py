@@ -123,6 +123,7 @@ class WorkerServer:
             self.config.dispatcher_address,
             self.config.worker_address,
         )
+        self._data.address = control.data_address
         logger.info(
             "worker bound %s, advertised as %s",
             self._data.endpoint,

@@ -35,6 +35,7 @@ from zmqdata._dataset.ops.padding import (
     shapes_arg,
     values_arg,
 )
+from zmqdata._dataset.profile import label
 from zmqdata._dataset.validate import check_callable, check_int
 from zmqdata._wire.lineage import EMPTY
 from zmqdata.errors import InvalidArgumentError
@@ -144,19 +145,19 @@ class BucketBySequenceLength(Op):
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         in_read_order = expands_below(node.inputs[0]) if ctx.lineage else None
-        return _BucketIterator(
-            make_iterator(node.inputs[0], ctx), node.args, in_read_order
-        )
+        return _BucketIterator(make_iterator(node.inputs[0], ctx), node, in_read_order)
 
 
 class _BucketIterator(GroupingIterator):
     """Buckets of input elements; ``in_read_order`` (not None) tracks lineage."""
 
     def __init__(
-        self, source: DatasetIterator, args: dict[str, Any], in_read_order: bool | None
+        self, source: DatasetIterator, node: Node, in_read_order: bool | None
     ) -> None:
         super().__init__(source, in_read_order)
+        args = node.args
         self._length_of = args["element_length_func"]
+        self._op = label(node)
         self._boundaries: list[int] = list(args["bucket_boundaries"])
         self._sizes: list[int] = list(args["bucket_batch_sizes"])
         self._shapes = constant(args["padded_shapes"])
@@ -185,7 +186,7 @@ class _BucketIterator(GroupingIterator):
         raise StopIteration
 
     def _bucket_of(self, element: Any) -> int:
-        length = call_unpacked(self._length_of, element)
+        length = call_unpacked(self._length_of, element, self._op)
         value = np.asarray(length)
         if value.shape != () or value.dtype.kind not in "iu":
             raise TypeError(

@@ -28,6 +28,7 @@ from zmqdata._dataset.ops._threads import (
     BackgroundIterator,
     resolve_parallelism,
 )
+from zmqdata._dataset.profile import label
 from zmqdata._wire.lineage import EMPTY, Lineage, join
 
 _SLOT_BUFFER = 8
@@ -53,6 +54,7 @@ class Interleave(Op):
         return kind(
             make_iterator(node.inputs[0], ctx),
             node.args["fn"],
+            label(node),
             resolve_parallelism(node.args["cycle_length"]),
             node.args["block_length"],
             parallel,
@@ -80,13 +82,14 @@ class _InterleaveIterator(DatasetIterator):
         self,
         source: DatasetIterator,
         fn: Any,
+        op: str,
         cycle_length: int,
         block_length: int,
         parallel: bool,
         lineage: bool,
         marks: Marks | None = None,
     ) -> None:
-        self._input, self._fn = source, fn
+        self._input, self._fn, self._op = source, fn, op
         self._order = Reorder() if lineage else None
         self._marks = marks
         self._released: Lineage = EMPTY  # of input elements whose dataset ended
@@ -100,7 +103,7 @@ class _InterleaveIterator(DatasetIterator):
     def _open(self, argument: Any) -> DatasetIterator:
         from zmqdata._dataset.dataset import Dataset
 
-        dataset = call_unpacked(self._fn, argument)
+        dataset = call_unpacked(self._fn, argument, self._op)
         if not isinstance(dataset, Dataset):
             raise TypeError(
                 f"interleave/flat_map function must return a Dataset, got "

@@ -21,6 +21,7 @@ from zmqdata._dataset.iterator import (
 )
 from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import resolve_parallelism
+from zmqdata._dataset.profile import label
 from zmqdata._wire.lineage import EMPTY, join
 
 logger = logging.getLogger(__name__)
@@ -36,10 +37,12 @@ class Map(Op):
         source = make_iterator(node.inputs[0], ctx)
         fn, parallelism = node.args["fn"], node.args["num_parallel_calls"]
         if parallelism is None:
-            return (_LineageMapIterator if ctx.lineage else _MapIterator)(source, fn)
+            kind = _LineageMapIterator if ctx.lineage else _MapIterator
+            return kind(source, fn, label(node))
         return _ParallelMapIterator(
             source,
             fn if ctx.profile is None else ctx.profile.busy(node, fn),
+            label(node),
             resolve_parallelism(parallelism),
             node.args["deterministic"],
             ctx.lineage,
@@ -48,19 +51,19 @@ class Map(Op):
 
 
 class _MapIterator(UnaryIterator):
-    def __init__(self, source: DatasetIterator, fn: Any) -> None:
+    def __init__(self, source: DatasetIterator, fn: Any, op: str) -> None:
         super().__init__(source)
-        self._fn = fn
+        self._fn, self._op = fn, op
 
     def __next__(self) -> Any:
-        return call_unpacked(self._fn, next(self._input))
+        return call_unpacked(self._fn, next(self._input), self._op)
 
 
 class _LineageMapIterator(_MapIterator):
     def __next__(self) -> Any:
         element = next(self._input)
         self.lineage = self._input.lineage
-        return call_unpacked(self._fn, element)
+        return call_unpacked(self._fn, element, self._op)
 
 
 class _ParallelMapIterator(DatasetIterator):
@@ -76,13 +79,14 @@ class _ParallelMapIterator(DatasetIterator):
         self,
         source: DatasetIterator,
         fn: Any,
+        op: str,
         parallelism: int,
         deterministic: bool | None,
         lineage: bool = False,
         expands: bool = False,
     ) -> None:
         self._input = source
-        self._fn = fn
+        self._fn, self._op = fn, op
         self._parallelism = parallelism
         self._ordered = deterministic is not False
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zmqdata-map")
@@ -106,7 +110,7 @@ class _ParallelMapIterator(DatasetIterator):
                 if self._order is not None:
                     self._numbers[failed] = self._order.enter(EMPTY)
                 return
-            future = self._pool.submit(call_unpacked, self._fn, element)
+            future = self._pool.submit(call_unpacked, self._fn, element, self._op)
             self._pending.append(future)
             if self._order is not None:
                 self._numbers[future] = self._order.enter(self._input.lineage)
@@ -140,23 +144,23 @@ class Filter(Op):
         return 0 if inputs[0] == 0 else UNKNOWN_CARDINALITY
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        predicate = node.args["predicate"]
+        predicate, op = node.args["predicate"], label(node)
         return consuming(
             ctx,
             make_iterator(node.inputs[0], ctx),
-            lambda source: _FilterIterator(source, predicate),
+            lambda source: _FilterIterator(source, predicate, op),
         )
 
 
 class _FilterIterator(UnaryIterator):
-    def __init__(self, source: DatasetIterator, predicate: Any) -> None:
+    def __init__(self, source: DatasetIterator, predicate: Any, op: str) -> None:
         super().__init__(source)
-        self._predicate = predicate
+        self._predicate, self._op = predicate, op
 
     def __next__(self) -> Any:
         while True:
             element = next(self._input)
-            verdict = np.asarray(call_unpacked(self._predicate, element))
+            verdict = np.asarray(call_unpacked(self._predicate, element, self._op))
             if verdict.shape != () or verdict.dtype != np.bool_:
                 raise TypeError(
                     "filter predicate must return a scalar bool, got "
