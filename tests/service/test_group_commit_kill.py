@@ -19,8 +19,8 @@ from tests.dispatcher.splits import ask_split, fake_workers_of_an_iteration, rec
 from tests.service.cluster import free_port
 from zmqdata import service
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.dealing import SPLIT_SIZE
+from zmqdata._dispatcher.journal import Journal
 from zmqdata._dispatcher.splits import SPLITS_PER_PASS
 from zmqdata._wire import messages as m
 

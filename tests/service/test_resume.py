@@ -156,8 +156,13 @@ def test_a_position_of_zmqdata_0_1_is_refused_saying_why(cluster):
     with iter(ds) as iterator:
         next(iterator)
         state = saved.decode(iterator.save())
-    old = json.loads(json.dumps(state).replace("distributed_read/2", "distributed_read/1"))
-    with iter(ds) as iterator, pytest.raises(InvalidArgumentError, match="zmqdata 0.1"):
+    old = json.loads(
+        json.dumps(state).replace("distributed_read/2", "distributed_read/1")
+    )
+    with (
+        iter(ds) as iterator,
+        pytest.raises(InvalidArgumentError, match=r"zmqdata 0\.1"),
+    ):
         iterator.restore(saved.encode(old))
 
 

@@ -298,7 +298,7 @@ def test_a_released_split_is_refused():
     buffer.release(1)
     decision = answer(request(0, 0), buffer)
     assert isinstance(decision, Refuse)
-    assert decision.code == "NOT_FOUND"
+    assert decision.code == m.ABSENT
 
 
 def test_a_split_never_opened_is_refused_once_the_producer_is_done():
@@ -307,7 +307,7 @@ def test_a_split_never_opened_is_refused_once_the_producer_is_done():
     buffer.finish(None)
     decision = answer(request(4, 0), buffer)
     assert isinstance(decision, Refuse)
-    assert decision.code == "NOT_FOUND"
+    assert decision.code == m.ABSENT
 
 
 def test_a_producer_error_reaches_waiting_readers():

@@ -321,11 +321,7 @@ class DataLoop(PollLoop):
             return True
         decision = dealt.answer(request[2], runner.dealt)
         if isinstance(decision, serving.Refuse):
-            # A split not held is refused NOT_FOUND, as is a task that failed so:
-            # only the task's own error is one.
-            own = (decision.code, decision.text) == runner.dealt.error
-            code = decision.code if own or decision.code != "NOT_FOUND" else m.ABSENT
-            self._reply_error(request, code, decision.text)
+            self._reply_error(request, decision.code, decision.text)
         elif decision is not None:
             told = {
                 "split": decision.split,

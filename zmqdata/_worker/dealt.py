@@ -343,8 +343,7 @@ def _not_open(request: m.GetElements, buffer: DealtBuffer) -> DealtSend | Refuse
         if buffer.error is not None:
             return Refuse(*buffer.error)
         return Refuse(
-            "NOT_FOUND",
-            f"split {request.split} is not held by task {request.task_id}",
+            m.ABSENT, f"split {request.split} is not held by task {request.task_id}"
         )
     if buffer.awaits(request.split, -1):
         return answer(request, buffer)  # opened meanwhile
