@@ -371,7 +371,8 @@ def _make_class() -> type:
                     f"{error} (zmqdata.torch.IterableDataset reads this job as "
                     f"consumer_index={consumers[1]} of num_consumers={consumers[0]}: "
                     "world_size * DataLoader workers; pass shard=False to read "
-                    "it first come first served)"
+                    "it first come first served, with distribute(..., "
+                    "exactly_once=False) if an exactly-once read refuses it too)"
                 ) from error
             with iterator:
                 if self._resume_from is not None:

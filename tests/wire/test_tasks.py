@@ -46,6 +46,7 @@ def test_a_task_def_is_the_map_workers_always_got() -> None:
         ("cross_trainer_cache", True),
         ("exactly_once", False),
         ("dealt", False),
+        ("split_outputs", False),  # protocol 6; older workers ignore it
     ]
     held = TaskDef.from_wire(
         {**TASK_DEF.to_wire(), "pipeline": b"", "fingerprint": "f"}

@@ -24,6 +24,7 @@ from typing import Any
 
 from zmqdata._config import DispatcherConfig, check_pipeline_size
 from zmqdata._dataset import graph, snapshot
+from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
@@ -278,9 +279,9 @@ def check_job(
                 "every worker's elements to every consumer: it cannot read with "
                 "target_workers='LOCAL'"
             )
-        dealing.check_pipeline(
-            graph.deserialize(dataset.pipeline, load_functions=False)
-        )
+        root = graph.deserialize(dataset.pipeline, load_functions=False)
+        dealing.check_pipeline(root)
+        dealing.check_remainders(root, list(root.walk()))
     else:
         if msg.num_consumers is not None:
             _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
@@ -292,11 +293,9 @@ def check_job(
 
 def _check_split_outputs(dataset: model.Dataset) -> None:
     """An exactly-once read runs each split alone: refuses what is not a function of it."""
-    dealing.check_pipeline(
-        graph.deserialize(dataset.pipeline, load_functions=False),
-        EXACTLY_ONCE_READ,
-        repeats=True,
-    )
+    root = graph.deserialize(dataset.pipeline, load_functions=False)
+    dealing.check_pipeline(root, EXACTLY_ONCE_READ, repeats=True)
+    dealing.check_remainders(root, split_runs.run_alone(root), EXACTLY_ONCE_READ)
 
 
 def _check_mode(

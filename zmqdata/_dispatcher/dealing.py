@@ -95,6 +95,27 @@ def _refusal(node: Node) -> str | None:
     return None
 
 
+def check_remainders(root: Node, alone: list[Node], what: str = _WHAT) -> None:
+    """Refuses a ``batch(drop_remainder=True)`` among the ops run on each split ``alone``.
+
+    Run per split, it would drop each split's remainder, not only the last
+    one, unless the splits are cut to its multiple (``whole_batch``).
+    """
+    whole = _whole_batch_node(root)
+    for node in alone:
+        dropping = node.op in ("batch", "padded_batch") and node.args.get(
+            "drop_remainder"
+        )
+        if dropping and node is not whole:
+            raise InvalidArgumentError(
+                f"{what} cannot run {node.op}(drop_remainder=True) below its last "
+                "1-to-many op (or, with no such op, in a multi-rank read after "
+                "anything but map): workers run that part one split at a time, "
+                "so it would drop every split's remainder; put it after the "
+                "1-to-many op or after distribute, or drop_remainder=False"
+            )
+
+
 def whole_batch(root: Node) -> int | None:
     """The batch size splits should be a multiple of, so batches fill up.
 
@@ -102,6 +123,12 @@ def whole_batch(root: Node) -> int | None:
     element per element (``map``, ``prefetch``): a split of
     ``k * batch_size`` elements then yields ``k`` whole batches.
     """
+    node = _whole_batch_node(root)
+    return None if node is None else int(node.args["batch_size"])
+
+
+def _whole_batch_node(root: Node) -> Node | None:
+    """The ``batch`` ``whole_batch`` sizes splits for, if any."""
     path = []
     node = root
     while node.inputs:
@@ -109,7 +136,7 @@ def whole_batch(root: Node) -> int | None:
         node = node.inputs[0]
     for node in reversed(path):
         if node.op == "batch":
-            return int(node.args["batch_size"])
+            return node
         if node.op not in ("map", "prefetch"):
             break
     return None

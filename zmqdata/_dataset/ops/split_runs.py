@@ -75,17 +75,36 @@ def by_split(root: Node) -> tuple[Node, Node]:
 
     Returns the new root and the ``split_runs`` node (the pass's split source).
     """
-    chain = [root]
-    while chain[-1].inputs:
-        chain.append(chain[-1].inputs[0])
-    cut = next(
-        (i for i, node in enumerate(chain) if node.definition.expands), len(chain) - 1
-    )
+    chain = _chain(root)
+    cut = len(chain) - len(run_alone(root))
     rebuilt = Node(SplitRuns.name, {}, (chain[cut],))
     runs = rebuilt
     for above in reversed(chain[:cut]):
         rebuilt = Node(above.op, above.args, (rebuilt, *above.inputs[1:]))
     return rebuilt, runs
+
+
+def run_alone(root: Node) -> list[Node]:
+    """The ops ``by_split`` runs on each split alone: from the last expanding op down.
+
+    >>> import zmqdata as zd
+    >>> ds = zd.Dataset.range(8).batch(2).unbatch().map(lambda x: x).batch(3)
+    >>> [node.op for node in run_alone(ds._node)]
+    ['unbatch', 'batch', 'range']
+    """
+    chain = _chain(root)
+    cut = next(
+        (i for i, node in enumerate(chain) if node.definition.expands), len(chain) - 1
+    )
+    return chain[cut:]
+
+
+def _chain(root: Node) -> list[Node]:
+    """``root`` and its first inputs down to the source."""
+    chain = [root]
+    while chain[-1].inputs:
+        chain.append(chain[-1].inputs[0])
+    return chain
 
 
 def run_split(
