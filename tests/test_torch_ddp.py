@@ -398,9 +398,7 @@ def test_a_pipeline_a_multi_rank_read_refuses_names_the_fill_in_and_the_way_out(
     cluster: Callable[..., Cluster],
 ) -> None:
     target = cluster().target
-    mode = service.distribute(
-        "distributed_epoch", target, job_name="unseeded", exactly_once=False
-    )
+    mode = service.distribute("distributed_epoch", target, job_name="unseeded")
     ds = zd.Dataset.range(10).shuffle(4).apply(mode)  # no seed: not deterministic
     with pytest.raises(InvalidArgumentError) as caught:
         list(zt.IterableDataset(ds, rank=0, world_size=2))

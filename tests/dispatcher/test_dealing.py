@@ -255,15 +255,9 @@ def test_deterministic_pipelines_are_dealt(state, dataset):
     assert state.records.jobs[reply(state, job).job_id].dealt
 
 
-def test_an_exactly_once_read_refuses_them_too_and_an_at_most_once_one_not(state):
+def test_the_same_ops_are_fine_without_num_consumers(state):
     dataset_id = register_dataset(state, pipeline(zd.Dataset.range(100).shuffle(10)))
     job = m.GetOrCreateJob(dataset_id=dataset_id, processing_mode=DYNAMIC)
-    refused = error(state, job)
-    assert "shuffle(seed=None)" in refused.message
-    assert "exactly_once=False" in refused.message
-    job = m.GetOrCreateJob(
-        dataset_id=dataset_id, processing_mode=DYNAMIC, exactly_once=False
-    )
     assert not state.records.jobs[reply(state, job).job_id].dealt
 
 

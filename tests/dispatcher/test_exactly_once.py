@@ -1,11 +1,7 @@
 """Exactly once (DYNAMIC): a lost worker's unacknowledged keys, fenced, handed out again.
 
 ``DispatcherState`` driven with a fake clock. ``range(640)`` is cut into 64
-splits of 10 elements. The bookkeeping of keys (handed, acknowledged,
-orphaned, fenced, pending, resumed) does not depend on what a key numbers;
-these tests drive it with jobs as a 0.1 dispatcher's journal holds them, whose
-keys number source elements (``repetition * STRIDE + index``: ``legacy_job``);
-``test_split_outputs.py`` covers what this release's jobs add (output keys).
+splits of 10 elements; a key is ``repetition * STRIDE + index``.
 """
 
 from __future__ import annotations
@@ -132,29 +128,11 @@ def start(
     for address in workers:
         register_worker(state, address)
     dataset_id = register_dataset(state, data)
-    job_id = legacy_job(state, dataset_id, job_name="shared", **job)
+    job_id = create_job(state, dataset_id, DYNAMIC, job_name="shared", **job)
     joined = [join(state, job_id) for _ in range(clients)]
     tasks = {t["worker_address"]: t["task_id"] for t in joined[0].tasks}
     ids = [j.client_id for j in joined]
     return Read(state, joined[0].iteration_id, tasks, ids, {})
-
-
-def legacy_job(
-    state: DispatcherState,
-    dataset_id: str,
-    job_name: str | None = None,
-    exactly_once: bool = True,
-    seed: int | None = None,
-) -> int:
-    """A tracked DYNAMIC job keyed by source elements, as a 0.1 journal holds it."""
-    job_id = state.records.next_id
-    state.apply(
-        ev.JobCreated(
-            job_id, dataset_id, job_name, DYNAMIC, None, "AUTO",
-            exactly_once=exactly_once, seed=seed,
-        )
-    )  # fmt: skip
-    return job_id
 
 
 def state_of(out: list[tuple[bytes, m.Message]]) -> m.IterationState:
@@ -441,7 +419,7 @@ def resumed(state: DispatcherState, keys: list[int], **job: Any) -> Read:
     """A new, unnamed tracked read that resumes having consumed ``keys``."""
     register_worker(state, "a:1")
     dataset_id = register_dataset(state, RANGE_640)
-    job_id = legacy_job(state, dataset_id, **job)
+    job_id = create_job(state, dataset_id, DYNAMIC, **job)
     request = m.GetOrCreateIteration(job_id=job_id, repetition=0, resume=keys)
     joined = reply(state, request)
     assert isinstance(joined, m.IterationState), joined

@@ -1,10 +1,12 @@
 """Exactly once by split outputs: the dispatcher's side (``_wire/outputs.py``).
 
-A job this release creates keys the outputs of each split, so its splits go out
-with the output keys to send (``[repetition, lo, hi, first, end]``), a lost
-task's unacknowledged keys go out again as parts of the splits they belong to,
-and a resumed read hands out only the outputs not consumed. The bookkeeping
-around them is ``test_exactly_once.py``'s. ``range(640)`` in 64 splits of 10.
+An exactly-once job whose pipeline has a 1-to-many op keys the outputs of each
+split, so its splits go out with the output keys to send (``[repetition, lo,
+hi, first, end]``), a lost task's unacknowledged keys go out again as parts of
+the splits they belong to, and a resumed read hands out only the outputs not
+consumed. The bookkeeping around them is ``test_exactly_once.py``'s (source
+keys, which the other exactly-once jobs keep). ``range(640).flat_map(...)``:
+64 splits of 10 source elements.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from tests.dispatcher.test_state import (
 )
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
-from zmqdata._wire.outputs import PER_SPLIT, base
+from zmqdata._wire.outputs import OUTPUT_KEYS, PER_SPLIT, base
 
 pytestmark = pytest.mark.timeout(30)
 
 SPLITS = 64
+FLAT_640 = pipeline(
+    zd.Dataset.range(640).flat_map(lambda x: zd.Dataset.from_tensors(x).repeat(2))
+)
 
 
 def key(split: int, index: int = 0) -> int:
@@ -44,7 +49,7 @@ def start(state: RecordingState, clients: int = 1) -> Read:
     """Workers ``a:1`` and ``b:1`` and ``clients`` consumers of a named job."""
     for address in ("a:1", "b:1"):
         register_worker(state, address)
-    dataset_id = register_dataset(state, RANGE_640)
+    dataset_id = register_dataset(state, FLAT_640)
     job_id = create_job(state, dataset_id, DYNAMIC, job_name="shared")
     assert state.records.jobs[job_id].split_outputs
     joined = [join(state, job_id) for _ in range(clients)]
@@ -104,7 +109,7 @@ def test_pending_keys_go_out_about_max_splits_splits_at_a_time(state):
 
 def resumed(state: RecordingState, consumed: list[int]) -> Read:
     register_worker(state, "a:1")
-    dataset_id = register_dataset(state, RANGE_640)
+    dataset_id = register_dataset(state, FLAT_640)
     job_id = create_job(state, dataset_id, DYNAMIC)
     joined = reply(
         state, m.GetOrCreateIteration(job_id=job_id, repetition=0, resume=consumed)
@@ -127,16 +132,47 @@ def test_a_resumed_read_hands_out_only_the_outputs_not_consumed(state):
 
 def test_outputs_per_split_are_bounded_by_the_key_layout():
     assert key(1) - key(0) == PER_SPLIT == 2**32
+    assert key(0) == OUTPUT_KEYS  # source elements' keys are below
+
+
+def test_a_job_without_a_1_to_many_op_keys_source_elements(state):
+    dataset_id = register_dataset(state, RANGE_640)
+    job_id = create_job(state, dataset_id, DYNAMIC)
+    assert not state.records.jobs[job_id].split_outputs
+
+
+@pytest.mark.parametrize(
+    ("data", "consumed", "named"),
+    [
+        (FLAT_640, [0, 5], "counts source elements"),
+        (RANGE_640, [OUTPUT_KEYS, OUTPUT_KEYS + 5], "counts split outputs"),
+    ],
+)
+def test_a_position_of_the_other_kind_of_keys_is_refused(state, data, consumed, named):
+    dataset_id = register_dataset(state, data)
+    job_id = create_job(state, dataset_id, DYNAMIC)
+    request = m.GetOrCreateIteration(job_id=job_id, repetition=0, resume=consumed)
+    refused = error(state, request)
+    assert refused.code == "INVALID_ARGUMENT"
+    assert named in refused.message
+    assert "zmqdata 0.1" in refused.message
+
+
+def rows(ds: zd.Dataset) -> zd.Dataset:
+    """A 1-to-many op on top: what is below it runs split by split."""
+    return ds.batch(2).unbatch()
 
 
 @pytest.mark.parametrize(
     ("dataset", "named"),
     [
-        (zd.Dataset.range(100).shuffle(10), "shuffle(seed=None)"),
-        (zd.Dataset.range(100).take(10), "take before distribute"),
+        (rows(zd.Dataset.range(100).shuffle(10)), "shuffle(seed=None)"),
+        (rows(zd.Dataset.range(100).take(10)), "take before distribute"),
         (
-            zd.Dataset.range(100).map(
-                lambda x: x, num_parallel_calls=2, deterministic=False
+            rows(
+                zd.Dataset.range(100).map(
+                    lambda x: x, num_parallel_calls=2, deterministic=False
+                )
             ),
             "map(deterministic=False)",
         ),
@@ -165,8 +201,9 @@ def test_a_pipeline_that_is_not_a_function_of_its_split_is_refused(
 @pytest.mark.parametrize(
     "dataset",
     [
-        zd.Dataset.range(100).shuffle(10, seed=1).repeat(),
-        zd.Dataset.range(100).batch(4, drop_remainder=True).unbatch(),
+        rows(zd.Dataset.range(100).shuffle(10, seed=1).repeat()),
+        rows(zd.Dataset.range(100)).shuffle(10).take(50),  # above: tracked as they run
+        zd.Dataset.range(100).batch(4, drop_remainder=True).unbatch().shuffle(9),
         zd.Dataset.range(100)
         .interleave(lambda x: zd.Dataset.range(x))
         .batch(4, drop_remainder=True),

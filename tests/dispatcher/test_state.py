@@ -586,8 +586,7 @@ def test_split_size_is_bounded():
 def test_each_split_is_handed_out_once_per_repetition(state):
     register_worker(state, "w:1")
     dataset_id = register_dataset(state, pipeline(zd.Dataset.range(1000)))
-    job = create_job(state, dataset_id, DYNAMIC, exactly_once=False)  # source splits
-    iteration = join(state, job).iteration_id
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     first = all_splits(state, iteration, 0)
     assert covered(first) == list(range(1000))
     assert get_split(state, iteration, 0).end_of_splits  # stays at the end
@@ -601,8 +600,7 @@ def test_two_workers_share_the_splits_of_a_repetition(state):
     register_worker(state, "a:1")
     register_worker(state, "b:1")
     dataset_id = register_dataset(state, RANGE_20)
-    job = create_job(state, dataset_id, DYNAMIC, exactly_once=False)  # source splits
-    iteration = join(state, job).iteration_id
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     taken: dict[int, list[Any]] = {0: [], 1: []}
     ended: set[int] = set()
     while ended != {0, 1}:
@@ -620,8 +618,7 @@ def test_two_workers_share_the_splits_of_a_repetition(state):
 def test_a_retried_split_request_gets_the_same_split_again(state):
     register_worker(state, "w:1")
     dataset_id = register_dataset(state, RANGE_20)
-    job = create_job(state, dataset_id, DYNAMIC, exactly_once=False)  # source splits
-    iteration = join(state, job).iteration_id
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     first = next_split_request(state, iteration)
     answer = reply(state, first)
     for _ in range(3):  # sent again after a stall: the same split, none consumed
@@ -637,8 +634,7 @@ def test_a_retried_split_request_gets_the_same_split_again(state):
 def test_a_request_gets_up_to_max_splits_consecutive_splits(state):
     register_worker(state, "w:1")
     dataset_id = register_dataset(state, RANGE_20)
-    job = create_job(state, dataset_id, DYNAMIC, exactly_once=False)  # source splits
-    iteration = join(state, job).iteration_id
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     request = dataclasses.replace(next_split_request(state, iteration), max_splits=8)
     answer = reply(state, request)
     assert answer.splits == [[0, i, i + 1] for i in range(8)]
@@ -652,8 +648,7 @@ def test_a_request_gets_up_to_max_splits_consecutive_splits(state):
 def test_max_splits_out_of_range_is_refused(state, max_splits):
     register_worker(state, "w:1")
     dataset_id = register_dataset(state, RANGE_20)
-    job = create_job(state, dataset_id, DYNAMIC, exactly_once=False)  # source splits
-    iteration = join(state, job).iteration_id
+    iteration = join(state, create_job(state, dataset_id, DYNAMIC)).iteration_id
     request = next_split_request(state, iteration)
     refused = error(state, dataclasses.replace(request, max_splits=max_splits))
     assert refused.code == "INVALID_ARGUMENT"
@@ -664,7 +659,7 @@ def test_max_splits_out_of_range_is_refused(state, max_splits):
 def test_iterations_have_their_own_splits(state):
     register_worker(state, "w:1")
     dataset_id = register_dataset(state, RANGE_10)
-    job = create_job(state, dataset_id, DYNAMIC, job_name="j", exactly_once=False)
+    job = create_job(state, dataset_id, DYNAMIC, job_name="j")
     first = join(state, job, 0).iteration_id
     second = join(state, job, 1).iteration_id
     assert covered(all_splits(state, first)) == list(range(10))

@@ -19,14 +19,13 @@ from tests.dispatcher.splits import ask_split, fake_workers_of_an_iteration, rec
 from tests.service.cluster import free_port
 from zmqdata import service
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher.dealing import SPLIT_SIZE
 from zmqdata._dispatcher.journal import Journal
-from zmqdata._dispatcher.splits import SPLITS_PER_PASS
+from zmqdata._dispatcher.splits import split_size
 from zmqdata._wire import messages as m
 
 pytestmark = pytest.mark.timeout(60)
 
-ELEMENTS = 10_000_000
+ELEMENTS = 1_000_000
 WORKERS = 32
 
 
@@ -56,8 +55,7 @@ def test_every_split_received_before_a_kill_9_is_in_the_journal(tmp_path):
             ask_split(sock, state.iteration_id, task_id, 11)  # in flight at the kill
         received.append(recv(sockets[0], m.GetSplitReply).splits[0][1])
         dispatcher.stop(signal.SIGKILL)
-    # An exactly-once job's splits, sized as a multi-rank job's (no batch here).
-    size = min(SPLIT_SIZE[1], ELEMENTS // SPLITS_PER_PASS)
+    size = split_size(ELEMENTS)
     with Journal(work_dir) as journal:
         journaled = {
             event.index * size

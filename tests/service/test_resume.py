@@ -7,7 +7,6 @@ consumed at save time, those buffered or in flight then included, none twice.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,7 +22,6 @@ from tests.dataset.checks import ints
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from zmqdata import service
-from zmqdata._dataset import saved
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 N = 2_000
@@ -149,21 +147,6 @@ def test_a_state_of_another_dataset_is_refused(cluster):
         iterator.restore(state)
     with iter(other) as iterator, pytest.raises(InvalidArgumentError, match="state"):
         iterator.restore(b"not a state")
-
-
-def test_a_position_of_zmqdata_0_1_is_refused_saying_why(cluster):
-    ds = read(cluster, zd.Dataset.range(N))
-    with iter(ds) as iterator:
-        next(iterator)
-        state = saved.decode(iterator.save())
-    old = json.loads(
-        json.dumps(state).replace("distributed_read/2", "distributed_read/1")
-    )
-    with (
-        iter(ds) as iterator,
-        pytest.raises(InvalidArgumentError, match=r"zmqdata 0\.1"),
-    ):
-        iterator.restore(saved.encode(old))
 
 
 TRAINER = textwrap.dedent(

@@ -29,11 +29,10 @@ from zmqdata._wire.lineage import Coverage, Ranges
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
-FORMAT = "zmqdata.distributed_read/2"
-"""Names what a saved position holds (a later layout gets another name): /2
-counts the outputs of each split (``_wire/outputs.py``)."""
-SOURCE_KEYS_FORMAT = "zmqdata.distributed_read/1"
-"""Positions of zmqdata 0.1, which counted source elements."""
+FORMAT = "zmqdata.distributed_read/1"
+"""Names what a saved position holds (a later layout gets another name). Its
+keys number source elements or, for a pipeline with a 1-to-many op, split
+outputs (``_wire/outputs.py``): the dispatcher refuses the other kind."""
 
 
 class Position:
@@ -95,13 +94,6 @@ def state_of(options: ReadOptions, consumed: list[int]) -> dict[str, Any]:
 def consumed_in(options: ReadOptions, state: Any) -> list[int]:
     """The consumed keys of a saved ``state``, checked against this read."""
     check_resumable(options)
-    if isinstance(state, dict) and state.get("format") == SOURCE_KEYS_FORMAT:
-        raise InvalidArgumentError(
-            f"this position ({SOURCE_KEYS_FORMAT}) was saved by zmqdata 0.1, whose "
-            "exactly-once reads counted source elements; this release counts each "
-            "split's outputs, so it cannot resume it: resume it with zmqdata 0.1, "
-            "or start the epoch again"
-        )
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise InvalidArgumentError(
             f"not a saved distributed read: expected format {FORMAT!r}, got "

@@ -19,7 +19,7 @@ zmqdata.errors.InvalidArgumentError: worker_heartbeat.tasks: expected [[task_id,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zmqdata._config import DispatcherConfig, check_pipeline_size
@@ -28,7 +28,7 @@ from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
-from zmqdata._wire import deal
+from zmqdata._wire import deal, outputs
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import STATIC, ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
@@ -280,22 +280,35 @@ def check_job(
                 "target_workers='LOCAL'"
             )
         root = graph.deserialize(dataset.pipeline, load_functions=False)
-        dealing.check_pipeline(root)
+        dealing.check_pipeline(split_runs.main_chain(root))
         dealing.check_remainders(root, list(root.walk()))
     else:
         if msg.num_consumers is not None:
             _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
         if dynamic and msg.exactly_once and not msg.cross_trainer_cache:
-            _check_split_outputs(dataset)
+            _check_split_runs(dataset)
     if msg.cross_trainer_cache:
         _check_cross_trainer_cache(msg, dataset)
 
 
-def _check_split_outputs(dataset: model.Dataset) -> None:
-    """An exactly-once read runs each split alone: refuses what is not a function of it."""
+def expands(dataset: model.Dataset) -> bool:
+    """Whether ``dataset``'s pipeline has a 1-to-many op on its main chain."""
     root = graph.deserialize(dataset.pipeline, load_functions=False)
-    dealing.check_pipeline(root, EXACTLY_ONCE_READ, repeats=True)
-    dealing.check_remainders(root, split_runs.run_alone(root), EXACTLY_ONCE_READ)
+    return len(split_runs.run_alone(root)) > 1
+
+
+def _check_split_runs(dataset: model.Dataset) -> None:
+    """Refuses, below a pipeline's last 1-to-many op, what is not a function of the split.
+
+    An exactly-once read runs that part of the pipeline on each split alone
+    (``_dataset/ops/split_runs.py``); the ops above it are tracked as they
+    run, whatever they are.
+    """
+    root = graph.deserialize(dataset.pipeline, load_functions=False)
+    alone = split_runs.run_alone(root)
+    if len(alone) > 1:
+        dealing.check_pipeline(alone, EXACTLY_ONCE_READ, repeats=True)
+        dealing.check_remainders(root, alone, EXACTLY_ONCE_READ)
 
 
 def _check_mode(
@@ -350,8 +363,12 @@ def _check_infinite(dataset: model.Dataset, feature: str) -> None:
         )
 
 
-def check_resume(job: model.Job, created: bool) -> None:
-    """A read resumes into a new iteration of its own exactly-once job."""
+def check_resume(job: model.Job, created: bool, keys: Sequence[int] = ()) -> None:
+    """A read resumes into a new iteration of its own exactly-once job.
+
+    Its ``keys`` number what the job's do: split outputs (a pipeline with a
+    1-to-many op, this release) or source elements.
+    """
     if job.name is not None:
         raise InvalidArgumentError(
             f"a read resumes into a job of its own: job {job.name!r} is named "
@@ -367,6 +384,16 @@ def check_resume(job: model.Job, created: bool) -> None:
         raise FailedPreconditionError(
             f"job {job.job_id} is already being read: a read resumes into a new "
             "iteration"
+        )
+    if outputs.are_output_keys(keys) != job.split_outputs and keys:
+        saved = "split outputs" if outputs.are_output_keys(keys) else "source elements"
+        raise InvalidArgumentError(
+            f"the saved position counts {saved}, but job {job.job_id} counts "
+            f"{'split outputs' if job.split_outputs else 'source elements'}: it was "
+            "saved from another pipeline (with or without a 1-to-many op), or by "
+            "zmqdata 0.1 from a pipeline with one, which this release runs split "
+            "by split; resume it with the release and pipeline that saved it, or "
+            "start the epoch again"
         )
 
 

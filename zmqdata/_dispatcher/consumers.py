@@ -51,7 +51,7 @@ def get_or_create_iteration(
     iteration_id = job.iterations.get(msg.repetition)
     checks.check_joinable(job, records.iterations.get(iteration_id or 0))
     if msg.resume is not None:
-        checks.check_resume(job, created=iteration_id is None)
+        checks.check_resume(job, created=iteration_id is None, keys=msg.resume)
     resume = checks.deal_resume(job, msg, records.iterations.get(iteration_id or 0))
     if iteration_id is None:
         iteration_id = records.next_id

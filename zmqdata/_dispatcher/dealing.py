@@ -12,7 +12,7 @@ a split's elements depend on anything but the split.
 >>> node = zd.Dataset.range(1000).map(lambda x: x).batch(32)._node
 >>> whole_batch(node)
 32
->>> check_pipeline(zd.Dataset.range(9).shuffle(4)._node)
+>>> check_pipeline(main_chain(zd.Dataset.range(9).shuffle(4)._node))
 Traceback (most recent call last):
 ...
 zmqdata.errors.InvalidArgumentError: a multi-rank read (num_consumers with distributed_epoch) must be deterministic: shuffle(seed=None) before distribute draws a new order in every run; give it a seed
@@ -55,18 +55,19 @@ def is_dealt(processing_mode: int, num_consumers: int | None, cardinality: int) 
     return dynamic and num_consumers is not None and cardinality != -1
 
 
-def check_pipeline(root: Node, what: str = _WHAT, repeats: bool = False) -> None:
-    """Raises ``InvalidArgumentError`` naming an op that a dealt job cannot run.
+def check_pipeline(
+    nodes: Sequence[Node], what: str = _WHAT, repeats: bool = False
+) -> None:
+    """Raises ``InvalidArgumentError`` naming an op of ``nodes`` that runs per split.
 
-    ``what`` names the read in the message; ``repeats``: a ``repeat`` is
-    run by handing the splits out again (exactly-once reads by outputs).
+    ``nodes``: what a worker runs on each split alone (a dealt job: its
+    ``main_chain``). ``what`` names the read in the message; ``repeats``: a
+    ``repeat`` is run by handing the splits out again (split runs).
     """
-    node = root
-    while node.inputs:
+    for node in nodes:
         why = None if repeats and node.op == "repeat" else _refusal(node)
         if why is not None:
             raise InvalidArgumentError(f"{what} must be deterministic: {why}")
-        node = node.inputs[0]
 
 
 def _refusal(node: Node) -> str | None:

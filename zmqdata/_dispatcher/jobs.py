@@ -137,7 +137,7 @@ def _create_or_find_job(
         exactly_once=tracked,
         seed=msg.seed,
         dealt=dealt,
-        split_outputs=tracked and not dealt,
+        split_outputs=tracked and not dealt and _expands(dataset),
     )
     named = (msg.dataset_id, msg.job_name) if msg.job_name else None
     existing_id = None if named is None else records.named_jobs.get(named)
@@ -146,6 +146,16 @@ def _create_or_find_job(
         return created.job_id
     checks.check_same_job(records.jobs[existing_id], created)
     return existing_id
+
+
+def _expands(dataset: model.Dataset) -> bool:
+    """Whether the pipeline has a 1-to-many op: its workers run splits (``split_runs``).
+
+    Without one, each output claims the keys of the source elements it
+    stands for (``_wire/lineage.py``), which a worker loss or a resumed read
+    hands out again as they are.
+    """
+    return checks.expands(dataset)
 
 
 def _join(state: DispatcherState, job: model.Job, local_process: str) -> list[Outgoing]:

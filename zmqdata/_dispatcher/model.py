@@ -71,9 +71,10 @@ class Job:
     """Multi-rank reads: iteration ``k`` is epoch ``epoch_base + k`` (a restored
     read continues the saved epoch)."""
     split_outputs: bool = False
-    """Exactly once: workers run each split alone and keys number its outputs
-    (``_wire/outputs.py``). A job of an older dispatcher's journal keys source
-    elements and tracks them through the ops (``_wire/lineage.py``)."""
+    """Exactly once, a pipeline with a 1-to-many op: workers run each split
+    alone up to it and keys number the outputs (``_wire/outputs.py``).
+    Otherwise keys number source elements, tracked through the ops
+    (``_wire/lineage.py``; so are all exactly-once jobs of a 0.1 journal)."""
 
 
 JOB_PARAMETERS = (

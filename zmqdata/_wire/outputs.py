@@ -1,22 +1,23 @@
-"""Output keys: exactly once for every pipeline, by split and output index (pure).
+"""Output keys: exactly once through 1-to-many ops, by split and output index (pure).
 
-An exactly-once ``distributed_epoch`` job (one consumer or several sharing it;
-not a multi-rank one, which ``deal.py`` numbers) runs its pipeline on each
-split alone, from scratch, as a multi-rank job does, so a split's outputs are
-a function of the split: whatever ops run on the workers (filters, batches,
-1-to-many ops, nested or not, seeded shuffles), output ``i`` of split ``q`` is
-the same element every time the split is made. Its **output key** is
+An exactly-once ``distributed_epoch`` job whose pipeline has a 1-to-many op
+(``unbatch``, ``flat_map``, ``interleave``; not a multi-rank job, which
+``deal.py`` numbers) runs the pipeline up to its last such op on each split
+alone, from scratch (``_dataset/ops/split_runs.py``), so output ``i`` of split
+``q`` is the same element every time the split is made. Its **output key** is
 
-    ``(repetition * splits + q) * PER_SPLIT + i``
+    ``OUTPUT_KEYS + (repetition * splits + q) * PER_SPLIT + i``
 
 (``splits`` per repetition of the source). The dispatcher hands a split out as
 the range of its keys not delivered yet (all ``PER_SPLIT`` of them for a
-fresh split); the worker runs the split and sends output ``i`` claiming its
-key, and the first output it sends after a split ends also claims the keys
-past that split's last output (none was made). Consumers acknowledge keys,
-positions are the keys consumed, and a lost worker's or a resumed read's
-keys go out again as parts of splits: the worker makes the split again and
-sends only the outputs whose keys were handed. Nothing is tracked per op.
+fresh split); the worker sends output ``i`` claiming its key (the ops above
+claim them as they use them), and the first output after a split ends also
+claims the keys past that split's last output (none was made). Consumers
+acknowledge keys, positions are the keys consumed, and a lost worker's or a
+resumed read's keys go out again as parts of splits: the worker makes the
+split again and sends only the outputs whose keys were handed. Keys of
+source elements (``lineage.key``: the other exactly-once jobs) are below
+``OUTPUT_KEYS``, so a position tells which it holds.
 
 >>> key = base(repetition=1, split=2, splits=5) + 3
 >>> locate(key, splits=5), split_base(key) == base(1, 2, 5)
@@ -29,14 +30,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from zmqdata.errors import FailedPreconditionError
+
 OUTPUT_BITS = 32
 PER_SPLIT = 1 << OUTPUT_BITS
 """Keys per split: the most outputs one split may make."""
+OUTPUT_KEYS = 1 << 62
+"""The first output key: source elements' keys are below it."""
+MAX_SPLIT_RUNS = 1 << 30
+"""Splits of all repetitions one job may run (``repetition * splits + split``)."""
 
 
 def base(repetition: int, split: int, splits: int) -> int:
     """The key of output 0 of ``split`` handed out in ``repetition``."""
-    return (repetition * splits + split) << OUTPUT_BITS
+    run = repetition * splits + split
+    if run >= MAX_SPLIT_RUNS:
+        raise FailedPreconditionError(
+            f"an exactly-once read with a 1-to-many op runs at most {MAX_SPLIT_RUNS} "
+            f"splits in all; repetition {repetition} of {splits} splits is past it "
+            "(read it with exactly_once=False)"
+        )
+    return OUTPUT_KEYS + (run << OUTPUT_BITS)
 
 
 def split_base(key: int) -> int:
@@ -46,9 +60,18 @@ def split_base(key: int) -> int:
 
 def locate(key: int, splits: int) -> tuple[int, int, int]:
     """``(repetition, split, index)`` of an output key."""
-    whole, index = divmod(key, PER_SPLIT)
+    whole, index = divmod(key - OUTPUT_KEYS, PER_SPLIT)
     repetition, split = divmod(whole, splits)
     return repetition, split, index
+
+
+def are_output_keys(keys: Sequence[int]) -> bool:
+    """Whether the flat key ranges ``keys`` are output keys (none: True).
+
+    >>> are_output_keys([0, 10]), are_output_keys([OUTPUT_KEYS, OUTPUT_KEYS + 3])
+    (False, True)
+    """
+    return not keys or keys[0] >= OUTPUT_KEYS
 
 
 def count_splits(ranges: Sequence[int]) -> int:

@@ -75,7 +75,7 @@ def by_split(root: Node) -> tuple[Node, Node]:
 
     Returns the new root and the ``split_runs`` node (the pass's split source).
     """
-    chain = _chain(root)
+    chain = main_chain(root)
     cut = len(chain) - len(run_alone(root))
     rebuilt = Node(SplitRuns.name, {}, (chain[cut],))
     runs = rebuilt
@@ -92,14 +92,14 @@ def run_alone(root: Node) -> list[Node]:
     >>> [node.op for node in run_alone(ds._node)]
     ['unbatch', 'batch', 'range']
     """
-    chain = _chain(root)
+    chain = main_chain(root)
     cut = next(
         (i for i, node in enumerate(chain) if node.definition.expands), len(chain) - 1
     )
     return chain[cut:]
 
 
-def _chain(root: Node) -> list[Node]:
+def main_chain(root: Node) -> list[Node]:
     """``root`` and its first inputs down to the source."""
     chain = [root]
     while chain[-1].inputs:
