@@ -176,25 +176,29 @@ class _SplitRunsIterator(DatasetIterator):
 
     def __next__(self) -> Any:
         while True:
-            if self._run is None:
-                self._start_run()
+            run = self._run
+            if run is None:
+                run = self._start_run()
             key = self._key
             try:
-                element = next(self._run)
+                element = next(run)
             except StopIteration:
                 self._end_run(key)
                 continue
-            self._key = key + 1
+            self._key = after = key + 1
             if key < self._first:
                 continue
-            self.lineage = join(self._owed, (key, key + 1))
-            self._owed = EMPTY
-            if self._key >= self._end:
-                self._end_run(self._key)
+            if self._owed:
+                self.lineage = join(self._owed, (key, after))
+                self._owed = EMPTY
+            else:
+                self.lineage = (key, after)
+            if after >= self._end:
+                self._end_run(after)
             return element
 
-    def _start_run(self) -> None:
-        """Starts the next split's run; ``StopIteration`` after the last pass's splits."""
+    def _start_run(self) -> Any:
+        """Starts (and returns) the next split's run; ``StopIteration`` after the last."""
         provider = self._ctx.split_provider
         assert provider is not None
         split = provider.next_split() if self._passes else None
@@ -207,6 +211,7 @@ class _SplitRunsIterator(DatasetIterator):
         _, lo, hi, self._first, self._end = split
         self._key = split_base(self._first)
         self._run = run_split(self._pipeline, self._source, [lo, hi], self._ctx)
+        return self._run
 
     def _end_run(self, key: int) -> None:
         """The split's run is over at output key ``key``: the rest of its keys are owed."""
