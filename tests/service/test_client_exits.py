@@ -24,6 +24,8 @@ from tests.service.cluster import Cluster
 from zmqdata import service
 
 FAST_S = 1.0
+SIGINT_EXIT_S = 3.0
+"""A slow read's bound: ~0.1-0.3 s measured, up to 1 s on 2 loaded cores."""
 CHILD_TIMEOUT_S = 30.0
 
 _TRAINER = """
@@ -57,6 +59,36 @@ next(it)
 print("training", flush=True)
 """
 )
+
+SLOW_READ = """
+import signal
+import sys
+import threading
+import zmqdata as zd
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from zmqdata import service
+
+
+def slow(x):  # ten fast elements, then one every half second
+    threading.Event().wait(0.5 if x >= 10 else 0)
+    return x
+
+
+ds = zd.Dataset.range(10**6).map(slow)
+ds = ds.apply(service.distribute("distributed_epoch", sys.argv[1]))
+at = {"start": -1, "element": 3, "waiting": 9}[sys.argv[2]]
+if at < 0:
+    print("training", flush=True)
+with iter(ds) as it:
+    for x in it:
+        if x == at:
+            print("training", flush=True)
+"""
+"""A ``distributed_epoch`` read of a slow map, told (argv[2]) when to say
+"training": before ``iter`` (Ctrl-C meets first contact and the reader's
+start), on element 3 (elements stream), on element 9 (the next one is 0.5 s
+away: Ctrl-C meets the wait)."""
 
 
 @pytest.fixture
@@ -136,6 +168,25 @@ def test_ctrl_c_in_a_training_loop_exits_at_once(
     assert stderr.count("Traceback") == 1, stderr
     assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
     assert "Exception ignored" not in stderr
+
+
+@pytest.mark.parametrize("moment", ["start", "element", "waiting"])
+def test_ctrl_c_in_a_slow_read_exits_at_once(
+    cluster: Callable[..., Cluster],
+    children: list[subprocess.Popen[str]],
+    moment: str,
+) -> None:
+    c = cluster(num_workers=1)
+    elapsed, proc, stderr = _time_to_exit(
+        children, SLOW_READ, c.target, moment, interrupt=True
+    )
+    assert elapsed < SIGINT_EXIT_S, f"exit took {elapsed:.2f} s after SIGINT"
+    assert proc.returncode != 0
+    assert stderr.count("Traceback") == 1, stderr
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+    assert "Exception ignored" not in stderr
+    if moment != "start":  # (Ctrl-C during first contact may leave a job made)
+        poll_for(lambda: c.status()["jobs"] == [])
 
 
 @pytest.mark.parametrize("variant", ["plain", "prefetch"])

@@ -126,7 +126,7 @@ class Fetcher(PollLoop):
         options: ReadOptions,
         settings: ClientSettings,
         state: m.IterationState,
-        out: queue.Queue[Any],
+        out: queue.SimpleQueue[Any],
         counters: Counters,
     ) -> None:
         super().__init__("zmqdata-reader")
@@ -420,7 +420,9 @@ class DistributedIterator(DatasetIterator):
             )
         if self._dealt is not None:
             self._dealt.started(state.deal)
-        self._queue: queue.Queue[Any] = queue.Queue()
+        # A SimpleQueue: Ctrl-C in a ``queue.Queue`` wait can leave its lock
+        # taken (or released under the fetcher), and the next put hang.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._counters = Counters()
         self._local: deque[Any] = deque()
         self._local_bytes = 0
@@ -430,9 +432,13 @@ class DistributedIterator(DatasetIterator):
         self._fetcher = Fetcher(
             self._options, self._settings, state, self._queue, self._counters
         )
-        self._fetcher.start()
-        self._closed = False
+        self._closed = False  # open first: Ctrl-C in ``start`` still releases it
         _open_iterators.add(self)
+        try:
+            self._fetcher.start()
+        except BaseException:
+            self.close()
+            raise
 
     def __next__(self) -> Any:
         self._start_pending(None)
