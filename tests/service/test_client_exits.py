@@ -137,6 +137,17 @@ def _time_to_exit(
     return time.monotonic() - start, proc, stderr
 
 
+def _assert_interrupted(
+    elapsed: float, proc: subprocess.Popen[str], stderr: str, bound_s: float
+) -> None:
+    """The child exited within ``bound_s`` of SIGINT, on one KeyboardInterrupt."""
+    assert elapsed < bound_s, f"exit took {elapsed:.2f} s after SIGINT"
+    assert proc.returncode != 0
+    assert stderr.count("Traceback") == 1, stderr
+    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+    assert "Exception ignored" not in stderr
+
+
 def _where(pid: int) -> str:
     """A hung child's signal masks and where each of its threads waits (Linux)."""
     try:
@@ -163,11 +174,7 @@ def test_ctrl_c_in_a_training_loop_exits_at_once(
     elapsed, proc, stderr = _time_to_exit(
         children, TRAINING_LOOP, target, variant, interrupt=True
     )
-    assert elapsed < FAST_S, f"exit took {elapsed:.2f} s after SIGINT"
-    assert proc.returncode != 0
-    assert stderr.count("Traceback") == 1, stderr
-    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
-    assert "Exception ignored" not in stderr
+    _assert_interrupted(elapsed, proc, stderr, FAST_S)
 
 
 @pytest.mark.parametrize("moment", ["start", "element", "waiting"])
@@ -180,11 +187,7 @@ def test_ctrl_c_in_a_slow_read_exits_at_once(
     elapsed, proc, stderr = _time_to_exit(
         children, SLOW_READ, c.target, moment, interrupt=True
     )
-    assert elapsed < SIGINT_EXIT_S, f"exit took {elapsed:.2f} s after SIGINT"
-    assert proc.returncode != 0
-    assert stderr.count("Traceback") == 1, stderr
-    assert stderr.rstrip().endswith("KeyboardInterrupt"), stderr
-    assert "Exception ignored" not in stderr
+    _assert_interrupted(elapsed, proc, stderr, SIGINT_EXIT_S)
     if moment != "start":  # (Ctrl-C during first contact may leave a job made)
         poll_for(lambda: c.status()["jobs"] == [])
 
