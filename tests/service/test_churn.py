@@ -26,6 +26,7 @@ from tests.helpers import poll_for
 from tests.service.cluster import Cluster, free_port
 from zmqdata import service
 from zmqdata._dispatcher.splits import split_size
+from zmqdata._worker.splits import AT_MOST_ONCE_BATCH
 from zmqdata._worker.task import BUFFER_BYTES, BUFFER_ITEMS
 
 WORKER_TIMEOUT_MS = 500
@@ -101,9 +102,10 @@ def test_kill_9_mid_read_dynamic_is_exactly_once_or_loses_only_what_was_in_fligh
     assert set(got) <= set(range(n))
     # What the dead worker had taken but not delivered: its task buffer
     # (BUFFER_ITEMS elements produced, not sent), the split it was producing,
-    # one more split it may have just been handed, and the replies in flight
+    # the one queued after it and the two it asked for ahead (an at-most-once
+    # task asks for AT_MOST_ONCE_BATCH at a time), and the replies in flight
     # (at most the consumer's credit).
-    bound = BUFFER_ITEMS + 2 * split_size(n) + credit
+    bound = BUFFER_ITEMS + 2 * AT_MOST_ONCE_BATCH * split_size(n) + credit
     assert n - len(got) <= bound, (n - len(got), bound)
 
 

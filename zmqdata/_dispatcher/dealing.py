@@ -12,6 +12,7 @@ a split's elements depend on anything but the split.
 >>> node = zd.Dataset.range(1000).map(lambda x: x).batch(32)._node
 >>> whole_batch(node)
 32
+>>> from zmqdata._dataset.ops.split_runs import main_chain
 >>> check_pipeline(main_chain(zd.Dataset.range(9).shuffle(4)._node))
 Traceback (most recent call last):
 ...

@@ -31,6 +31,11 @@ from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
 
 EMPTY_BACKOFF_MAX_S = 0.5
+AT_MOST_ONCE_BATCH = 2
+"""The most splits an at-most-once task asks for at once: what a worker that
+dies loses is what it holds (docs/modes.md), so it holds the split in
+progress, one more and the two asked for ahead, not batches sized for round
+trips."""
 ASK_AGAIN_MAX_S = 0.05
 """A split reply with nothing and no end (keys of a lost task wait for their
 fence; a resumed read's splits already done were passed over) is asked again
@@ -173,9 +178,10 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
 
         Asks with half of the last answer's splits left, and never waits for
         the answer here. Not for dealt tasks (their requests report what the
-        splits before made), nor for at-most-once ones (``handed`` None):
-        splits held ahead are lost with their worker, and such a read loses
-        at most one split beyond the one in progress (docs/modes.md).
+        splits before made). An at-most-once task (``handed`` None) asks for
+        ``AT_MOST_ONCE_BATCH`` at most, so it holds at most three splits
+        beyond the one in progress, which its worker's death loses
+        (docs/modes.md).
         """
         if self._pending is not None:
             self._take_ahead(self._pending)
@@ -187,7 +193,6 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         """Whether to ask ahead now: a task that may, with half its splits left."""
         return not (
             self._dealt
-            or self._handed is None
             or self._ended is not None
             or self._draining.is_set()
             or len(self._splits) > self._fetched // 2
@@ -240,9 +245,15 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             iteration_id=self._iteration_id,
             repetition=self._repetition,
             task_id=self._task_id,
-            max_splits=self._batch.size(time.monotonic(), left),
+            max_splits=self._max_splits(left),
             counts=self._counts,
         )
+
+    def _max_splits(self, left: int) -> int:
+        """How many splits to ask for (``SplitBatch``; at most once: a couple)."""
+        size = self._batch.size(time.monotonic(), left)
+        at_most_once = self._handed is None and not self._dealt
+        return min(size, AT_MOST_ONCE_BATCH) if at_most_once else size
 
     def _ask(self) -> m.GetSplitReply:
         """The answer to one split request, the one sent ahead if any.
