@@ -223,6 +223,7 @@ def test_a_peer_over_max_request_bytes_is_cut_off_unread(cluster, sockets):
     exactly_once(c.target)
 
 
+@pytest.mark.exclusive  # a round trip timed against a bound
 def test_a_registration_at_the_cap_stalls_the_loop_briefly(cluster, sockets):
     """The default cap (64 MiB): register just under it.
 
