@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -62,10 +63,47 @@ def load_deployment(path: str | None, discover: bool = False) -> yaml_config.Dep
     return deployment
 
 
+class SignalStop:
+    """Set by a signal handler; waited on by the main thread, without a lock.
+
+    A handler runs in the main thread between two bytecodes, maybe while the
+    main thread is inside ``threading.Event.wait`` holding the event's lock:
+    ``Event.set`` there would wait for that lock forever (a daemon that never
+    stopped on SIGTERM, once in a fresh-clone CI run). So ``set`` only flips a
+    flag, and ``wait`` naps in short steps on an event nobody sets.
+
+    >>> stop = SignalStop()
+    >>> stop.wait(0.01), stop.is_set()
+    (False, False)
+    >>> stop.set(); stop.wait(10.0)
+    True
+    """
+
+    STEP_S = 0.05
+
+    def __init__(self) -> None:
+        self._set = False
+        self._nap = threading.Event()
+        """Never set: only waited on, so no handler ever takes its lock."""
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float) -> bool:
+        """Waits until set or ``timeout`` seconds passed; whether it is set."""
+        deadline = time.monotonic() + timeout
+        while not self._set and (left := deadline - time.monotonic()) > 0:
+            self._nap.wait(min(left, self.STEP_S))
+        return self._set
+
+
 @contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGINT or SIGTERM (each logged), for the ``with`` body."""
-    stop = threading.Event()
+def stop_on_signals() -> Iterator[SignalStop]:
+    """A ``SignalStop`` set by SIGINT or SIGTERM (each logged), for the ``with`` body."""
+    stop = SignalStop()
 
     def on_signal(signum: int, frame: Any) -> None:
         logger.info("received %s, stopping", signal.Signals(signum).name)
@@ -124,7 +162,7 @@ def serve(
 
 
 def _watch(
-    server: Any, stop: threading.Event, done: Callable[[], bool], every: float
+    server: Any, stop: SignalStop, done: Callable[[], bool], every: float
 ) -> None:
     """Waits until ``done()`` or ``stop``; raises if a server loop died."""
     while not done() and not stop.wait(every):

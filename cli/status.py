@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import click
-from zmqdata_cli._common import stop_on_signals
+from zmqdata_cli._common import SignalStop, stop_on_signals
 from zmqdata_cli.daemons import DISPATCHER_ENV
 from zmqdata_cli.logs import verbose_option
 from zmqdata_cli.status_view import render
@@ -142,7 +141,7 @@ def frame(body: str, every: float, terminal: bool) -> str:
 
 
 def watch_loop(
-    show: Callable[[], str], every: float, stop: threading.Event, terminal: bool
+    show: Callable[[], str], every: float, stop: SignalStop, terminal: bool
 ) -> None:
     """Prints ``show()`` every ``every`` seconds until ``stop``.
 

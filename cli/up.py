@@ -27,13 +27,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import click
 from zmqdata_cli._common import (
+    SignalStop,
     connectable,
     load_deployment,
     start_server,
@@ -430,7 +430,7 @@ def _supervise(
     slots: list[_Slot],
     target: str,
     dispatcher: service.DispatchServer,
-    stop: threading.Event,
+    stop: SignalStop,
     scaler: _Scaler | None = None,
 ) -> None:
     ready = False

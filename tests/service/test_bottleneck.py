@@ -71,15 +71,16 @@ def job_of(cluster: Cluster, name: str) -> dict[str, Any]:
 @pytest.fixture
 def reading() -> Iterator[Any]:
     """``reading(ds, name, step_s=0)``: a trainer thread reading ``ds`` (until the test ends)."""
-    stop = threading.Event()
     threads: list[threading.Thread] = []
+    iterators: list[Any] = []
 
     def start(ds: zd.Dataset, step_s: float = 0.0) -> None:
+        iterator = iter(ds)
+        iterators.append(iterator)
+
         def run() -> None:
-            with iter(ds) as iterator:
+            with iterator:
                 for _ in iterator:
-                    if stop.is_set():
-                        return
                     if step_s:
                         threading.Event().wait(step_s)  # the trainer's own work
 
@@ -87,7 +88,10 @@ def reading() -> Iterator[Any]:
         threads[-1].start()
 
     yield start
-    stop.set()
+    # Closing wakes a reader waiting for an element (a rank held back by one
+    # that stopped), so every thread ends now.
+    for iterator in iterators:
+        iterator.close()
     for thread in threads:
         thread.join(10)
 

@@ -219,12 +219,6 @@ def test_a_waiting_put_is_cancelled_by_stop(stop):
 # ------------------------------------------------------------------ answer
 
 
-def test_no_buffer_is_not_found():
-    assert answer(request(0, 0, task_id=9), None) == Refuse(
-        "NOT_FOUND", "task 9 is not on this worker"
-    )
-
-
 @pytest.mark.parametrize(
     "bad", [request(-1, 0), request(0), request(0, 2, 1), request(0, 1, 1)]
 )

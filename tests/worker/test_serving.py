@@ -21,12 +21,6 @@ def _buffer(*elements: int) -> TaskBuffer:
     return buffer
 
 
-def test_a_task_not_here_is_not_found() -> None:
-    assert answer(_request(), None) == Refuse(
-        "NOT_FOUND", "task 3 is not on this worker"
-    )
-
-
 def test_everything_buffered_goes_up_to_the_credit() -> None:
     buffer = _buffer(1, 2, 3)
     assert answer(_request(2), buffer) == Send([Raw(1), Raw(2)], False)

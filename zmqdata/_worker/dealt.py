@@ -295,9 +295,7 @@ class DealtBuffer:
             return self._items, self._bytes
 
 
-def answer(
-    request: m.GetElements, buffer: DealtBuffer | None
-) -> DealtSend | Refuse | None:
+def answer(request: m.GetElements, buffer: DealtBuffer) -> DealtSend | Refuse | None:
     """What to answer a dealt ``request`` now; None to park it until there is news.
 
     Items come as the longest run of the indices asked for that is made. A
@@ -305,8 +303,6 @@ def answer(
     for a split released (or never this task's, once the producer is done)
     is refused.
     """
-    if buffer is None:
-        return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
     invalid = _invalid(request)
     if invalid is not None:
         return invalid

@@ -48,14 +48,13 @@ class Refuse:
 
 
 def answer(
-    request: m.GetElements, output: Output | None, tracked: bool = False
+    request: m.GetElements, output: Output, tracked: bool = False
 ) -> Send | Refuse | None:
     """What to answer ``request`` now; None to park it until there is news.
 
-    ``tracked``: exactly once, the reply says what its elements stand for.
+    ``tracked``: exactly once, the reply says what its elements stand for. (A
+    task not on this worker is answered ``ABSENT`` before: ``data.py``.)
     """
-    if output is None:
-        return Refuse("NOT_FOUND", f"task {request.task_id} is not on this worker")
     if isinstance(output, SlidingWindowCache):
         return _from_cache(request, output)
     return _from_buffer(request, output, tracked)
