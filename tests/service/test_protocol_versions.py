@@ -61,7 +61,9 @@ def test_a_worker_answers_a_reader_of_the_older_version_at_its_version(
 
 
 def test_status_says_the_versions_accepted_and_each_peers(cluster, sockets):
-    c = cluster(num_workers=2)
+    # A long worker timeout: the fake worker below never heartbeats, and a
+    # loaded machine may take a while to show the client.
+    c = cluster(num_workers=2, worker_timeout_ms=60_000)
     # One more "worker" of the older version registers (it serves nothing).
     old = sockets(c.target)
     register = m.RegisterWorker(
