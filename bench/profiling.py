@@ -111,10 +111,14 @@ def _check_jobs(targets: dict[str, str], reads: dict[str, zd.Dataset]) -> None:
     """Each read's job reports per-op statistics as its setting says (the
     dispatcher's status, while the job lives: finished jobs leave it)."""
     for label, remote in reads.items():
+        profiled = SETTINGS[label][PROFILE_ENV] != "0"
         with iter(remote) as iterator:
             next(iterator)
             deadline = time.monotonic() + STATUS_TIMEOUT_S
-            while (ops := reported_ops(service.get_status(targets[label]))) is None:
+            # A profiled job's first reports may come before it timed an op.
+            while (ops := reported_ops(service.get_status(targets[label]))) is None or (
+                profiled and not ops
+            ):
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"{label}: no per-op report within {STATUS_TIMEOUT_S:.0f} s"
