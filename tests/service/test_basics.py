@@ -287,3 +287,31 @@ def test_cheap_file_splits_are_handed_out_in_batches_exactly_once(cluster, tmp_p
 
 def read_number(path: Any) -> Any:
     return np.int64(Path(str(path)).read_text())
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+@pytest.mark.parametrize(
+    "make_nothing",
+    [
+        lambda ds: ds.filter(lambda x: x < 0),
+        lambda ds: ds.flat_map(lambda x: zd.Dataset.range(0)),  # split runs
+    ],
+    ids=["filter", "flat_map"],
+)
+def test_an_endless_repeat_of_nothing_ends_as_it_does_locally(
+    cluster, exactly_once, make_nothing
+):
+    c = cluster(num_workers=2)
+    ds = make_nothing(zd.Dataset.range(40)).repeat()
+    assert list(ds) == []  # locally (as tf.data)
+    ds = ds.apply(
+        service.distribute("distributed_epoch", c.target, exactly_once=exactly_once)
+    )
+    assert list(ds) == []
+
+
+def test_an_endless_repeat_of_one_element_on_more_workers_than_splits_goes_on(cluster):
+    c = cluster(num_workers=3)
+    ds = zd.Dataset.range(1).filter(lambda x: x == 0).repeat()
+    ds = ds.apply(service.distribute("distributed_epoch", c.target)).take(30)
+    assert ints(ds) == [0] * 30

@@ -58,6 +58,14 @@ class SplitProvider(abc.ABC):
     def reset(self) -> None:
         """Starts the next repetition (an outer ``repeat`` re-reads the source)."""
 
+    def made_nothing(self) -> bool:
+        """Hears that an endless ``repeat``'s pass made nothing: whether the repeat ends.
+
+        It does at once here, as in tf.data; a shared provider tells the
+        dispatcher and ends once every worker's pass came up empty.
+        """
+        return True
+
     def get_state(self) -> Any:
         """The provider's position, where it can be restored (local providers)."""
         return None

@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING
 
 from zmqdata._dispatcher import dealing, model, replies
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.empty_passes import EmptyPasses
 from zmqdata._dispatcher.records import ClusterRecords
-from zmqdata._dispatcher.splits import MAX_SPLITS_PER_REQUEST, Splits, split_period_ms
+from zmqdata._dispatcher.splits import (
+    MAX_SPLITS_PER_REQUEST,
+    Splits,
+    answered_before,
+    split_period_ms,
+)
 from zmqdata._wire import messages as m
 from zmqdata.errors import InvalidArgumentError, NotFoundError
 
@@ -45,15 +51,75 @@ def get_split(
     if job.dealt:
         reply = _deal_split(state, dataset, job, iteration, task, msg)
     else:
-        tracked = records.tracked(iteration)
-        splits = _splits_of(state, job, dataset, iteration.repetition)
-        reply, handed = splits.answer(iteration, task, msg, tracked)
-        if handed is not None:
-            state.apply(handed)
-            state.splits_total += len(reply.splits)
+        reply = _empty_data(state, iteration, task, msg) or _split(
+            state, job, dataset, iteration, task, msg
+        )
     ceiling_ms = replies.worker_heartbeat_max_ms(state.config)
     reply.period_ms = split_period_ms(len(records.workers), ceiling_ms)
     return [(peer, reply)]
+
+
+def _split(
+    state: DispatcherState,
+    job: model.Job,
+    dataset: model.Dataset,
+    iteration: model.Iteration,
+    task: model.Task,
+    msg: m.GetSplit,
+) -> m.GetSplitReply:
+    """The answer of the job's split plan (``Splits.answer``), its hand-out journaled."""
+    splits = _splits_of(state, job, dataset, iteration.repetition)
+    reply, handed = splits.answer(
+        iteration, task, msg, state.records.tracked(iteration)
+    )
+    if handed is not None:
+        state.apply(handed)
+        state.splits_total += len(reply.splits)
+    if reply.splits and isinstance(handed, ev.SplitProduced):
+        passes = _watched(state, iteration.iteration_id)
+        passes.took(task.task_id, handed.repetition, first=handed.index == 0)
+    return reply
+
+
+def _watched(state: DispatcherState, iteration_id: int) -> EmptyPasses:
+    """The iteration's ``EmptyPasses``; those of iterations over are dropped first."""
+    watched = state.empty_passes
+    if iteration_id not in watched:
+        iterations = state.records.iterations
+        for over in [
+            i for i in watched if i not in iterations or iterations[i].finished
+        ]:
+            del watched[over]
+        watched[iteration_id] = EmptyPasses()
+    return watched[iteration_id]
+
+
+def _empty_data(
+    state: DispatcherState,
+    iteration: model.Iteration,
+    task: model.Task,
+    msg: m.GetSplit,
+) -> m.GetSplitReply | None:
+    """The end of an endless ``repeat`` a whole pass of which made nothing (``empty_passes.py``).
+
+    None: answer as the plan says (as ever to a request sent again).
+    """
+    passes = state.empty_passes.get(iteration.iteration_id)
+    if passes is None or iteration.pending or answered_before(task, msg):
+        return None
+    tasks = iteration.tasks
+
+    def running(task_id: int) -> bool:
+        return task_id in tasks and not tasks[task_id].finished
+
+    if not passes.heard(task.task_id, msg.repetition, msg.empty_pass, running):
+        return None
+    return m.GetSplitReply(
+        request_id=msg.request_id,
+        end_of_splits=True,
+        exhausted=True,
+        repetition=iteration.split_repetition,
+    )
 
 
 def _asking(

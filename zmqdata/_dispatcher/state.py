@@ -73,6 +73,7 @@ from zmqdata._dispatcher import (
 )
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.consumers import ROUND_MARGIN
+from zmqdata._dispatcher.empty_passes import EmptyPasses
 from zmqdata._dispatcher.liveness import Liveness
 from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
@@ -175,6 +176,9 @@ class DispatcherState:
         (the task whose count changed last is last)."""
         self.save_runs = saving.SaveRuns()
         """Which worker writes which split of each running save (liveness)."""
+        self.empty_passes: dict[int, EmptyPasses] = {}
+        """DYNAMIC endless repeats, liveness: iteration id -> who took the
+        splits of its last repetition and who found nothing (``empty_passes.py``)."""
         self.deal_positions: dict[int, dict[int, list[int]]] = {}
         """Multi-rank reads, liveness: iteration id -> consumer index -> the
         ``[ordinal, index]`` of the first element it has not received."""

@@ -155,6 +155,8 @@ ADDED_IN: dict[str, int] = {
     "client_heartbeat.known": 6,
     "iteration_state.fence_timeout_ms": 6,
     "get_split_reply.period_ms": 6,
+    "get_split.empty_pass": 6,
+    "get_split_reply.exhausted": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a

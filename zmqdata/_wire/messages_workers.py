@@ -111,6 +111,10 @@ class GetSplit(Message):
     each, are asked for several at a time: one round trip, not one each)."""
     counts: list[int] = field(default_factory=list)
     """Multi-rank reads: ``[ordinal, count, ...]`` of splits this task finished."""
+    empty_pass: bool = False
+    """The pass of an endless ``repeat`` before ``repetition`` made nothing on
+    this task (``_dispatcher/empty_passes.py``: the read ends when every task
+    that took splits of it says so)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -136,3 +140,6 @@ class GetSplitReply(Message):
     """Ask no more often than this: take enough splits to last it (a large
     fleet's workers ask less often, each for more; ``_dispatcher/splits.py``
     ``split_period_ms``). 0: as often as the round trip makes worthwhile."""
+    exhausted: bool = False
+    """With ``end_of_splits``: a whole pass of the endless ``repeat`` made
+    nothing on any worker, so every later one would too; the read ends."""

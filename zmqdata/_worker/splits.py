@@ -56,8 +56,11 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
 
     Under an endless ``repeat`` a worker whose repetitions come up empty because
     other workers took their few splits catches up at once; one that is at the
-    dispatcher's current repetition and still finds nothing (the data is empty)
-    waits with backoff before asking again, up to ``EMPTY_BACKOFF_MAX_S``.
+    dispatcher's current repetition and still finds nothing waits with backoff
+    before asking again, up to ``EMPTY_BACKOFF_MAX_S``. Its next request says
+    that its pass made nothing (``made_nothing``), and once every worker that
+    took splits of that pass said so the dispatcher ends the read
+    (``exhausted``: ``_dispatcher/empty_passes.py``).
 
     A split ``[repetition, lo, hi]`` reaches the source as ``[lo, hi, base]``,
     its elements' keys ``base + index`` (``_wire/lineage.py``); an exactly-once
@@ -118,6 +121,12 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         dispatcher is at a later repetition (told once the splits run out)."""
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
+        self._made_nothing = (
+            False  # the last pass (told with this repetition's requests)
+        )
+        self._empty_pass = False  # the pass before this repetition
+        self.exhausted = False
+        """Every worker's pass of the endless repeat made nothing: the read ends."""
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)
         self.asked_at = float("-inf")
         """When the last split request went out (monotonic): the dispatcher
@@ -166,6 +175,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             reply = self._ask()
             if reply.end_of_splits:
                 self._behind = reply.repetition > self._repetition
+                self.exhausted = reply.exhausted
                 return
             if reply.splits:
                 self._take(reply)
@@ -210,6 +220,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         reply = self._checked(reply)
         if reply.end_of_splits:
             self._ended = reply.repetition > self._repetition
+            self.exhausted = reply.exhausted
         elif reply.splits:
             self._take(reply)
         # (else nothing now: asked again, waiting, once these run out)
@@ -247,6 +258,7 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             task_id=self._task_id,
             max_splits=self._max_splits(left),
             counts=self._counts,
+            empty_pass=self._empty_pass,
         )
 
     def _max_splits(self, left: int) -> int:
@@ -293,7 +305,13 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         elif self._stop.wait(self._empty.next_delay()):
             raise Cancelled
         self._got_split = self._behind = False
+        self._empty_pass, self._made_nothing = self._made_nothing, False
         self._repetition += 1
+
+    def made_nothing(self) -> bool:
+        """Noted for the next repetition's requests; True once the dispatcher ended the read."""
+        self._made_nothing = True
+        return self.exhausted
 
     def close(self) -> None:
         """Closes the socket, once the answer to a request sent ahead is in.

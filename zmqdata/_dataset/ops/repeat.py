@@ -77,13 +77,15 @@ class _RepeatIterator(DatasetIterator):
         """Whether an empty pass may be followed by full ones.
 
         An endless repeat of an empty input would spin forever: tf.data ends
-        it, except over a shared split provider, where an empty pass only means
-        that other workers got this repetition's splits, and over a named
-        service job, where it means that other consumers drained that iteration.
+        it, except over a shared split provider, where an empty pass may only
+        mean that other workers got this repetition's splits (it ends once the
+        dispatcher heard that every worker's pass was empty: ``made_nothing``),
+        and over a named service job, where it means that other consumers
+        drained that iteration.
         """
         provider = self._ctx.split_provider
         if split and provider is not None and provider.shared:
-            return True
+            return not provider.made_nothing()
         return any(n.reads_named_job() for n in self._node.inputs[0].walk())
 
     def get_state(self) -> dict[str, Any]:

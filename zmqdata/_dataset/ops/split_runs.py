@@ -173,6 +173,8 @@ class _SplitRunsIterator(DatasetIterator):
         self._owed: Lineage = EMPTY
         """Keys past the last output of a split: the next element claims them."""
         self._passes_done = 0
+        self._made = False
+        """The pass made an output (an endless repeat of nothing ends)."""
 
     def __next__(self) -> Any:
         while True:
@@ -206,6 +208,9 @@ class _SplitRunsIterator(DatasetIterator):
             self._passes_done += 1
             if self._passes != ENDLESS and self._passes_done >= self._passes:
                 raise StopIteration
+            made, self._made = self._made, False
+            if self._passes == ENDLESS and not made and provider.made_nothing():
+                raise StopIteration
             provider.reset()
             split = provider.next_split()
         _, lo, hi, self._first, self._end = split
@@ -215,6 +220,7 @@ class _SplitRunsIterator(DatasetIterator):
 
     def _end_run(self, key: int) -> None:
         """The split's run is over at output key ``key``: the rest of its keys are owed."""
+        self._made |= key > split_base(self._first)
         if key < self._end:
             self._owed = join(self._owed, (max(key, self._first), self._end))
         self._run.close()
