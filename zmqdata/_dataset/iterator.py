@@ -31,6 +31,7 @@ from zmqdata._wire.lineage import EMPTY, Lineage, join
 from zmqdata.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
+    from zmqdata._dataset.block import Block
     from zmqdata._dataset.marks import Marks
     from zmqdata._dataset.node import Node
     from zmqdata._dataset.profile import Profile
@@ -222,6 +223,17 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         Iterators that yield numeric scalars they can read in bulk (``range``)
         return them this way, so ``batch`` need not stack one by one; an empty
         array means the end. The default, None, means "call ``next``".
+        """
+        return None
+
+    def next_block(self, limit: int) -> Block | None:
+        """Up to ``limit`` next elements as one ``Block``, or None.
+
+        Sources that read in bulk (``range``, ``from_tensor_slices``,
+        Parquet rows) return them this way to a worker, which sends a block
+        as one item (``_dataset/block.py``); an empty block (``n`` 0) means
+        the end. The default, None, means "call ``next``". With lineage, a
+        block stands for one key per element, in order.
         """
         return None
 

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from zmqdata._dataset.block import Block
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._dataset.node import Node
 
@@ -370,6 +371,16 @@ class _Timed(DatasetIterator):
         if column is not None:
             self._stats.elements += len(column)
         return column
+
+    def next_block(self, limit: int) -> Block | None:
+        block: Block | None
+        if self._profile.timing:
+            block = self._timed(self._inner.next_block, limit)
+        else:
+            block = self._inner.next_block(limit)
+        if block is not None:
+            self._stats.elements += block.n
+        return block
 
     def _timed(self, call: Callable[..., Any], argument: Any) -> Any:
         """``call(argument)``, its time less its inputs' charged to the op."""

@@ -81,6 +81,23 @@ class Encoder:
             ]
         }
 
+    def block(
+        self, first: Any, columns: Sequence[Sequence[Any]], n: int
+    ) -> dict[str, Any] | None:
+        """The ``"c"`` entry of ``n`` elements shaped as ``first``, from their leaf ``columns``.
+
+        No signature per element. None where ``structure`` would send such
+        elements as rows (large arrays): then send the rows.
+
+        >>> import numpy as np
+        >>> Encoder(level=None).block(np.int64(0), [np.arange(3)], 3)["c"][:2]
+        ['s', '<i8']
+        """
+        sig = _signatures([first])[0][0]
+        if not _columnar(sig, n):
+            return None
+        return {"c": self._columns(sig, iter(columns), n)}
+
     def _columns(self, sig: Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
         """The columnar SPEC of ``n`` elements of ``sig``.
 

@@ -115,6 +115,7 @@ __all__ = [
     "decode_messages",
     "decode_sized",
     "encode",
+    "encode_block",
     "encode_shared",
 ]
 
@@ -151,6 +152,28 @@ def encode(
         validate_level(compression_level)
     header, buffers = _encode(elements, compression_level, meta)
     return [_pack(header), *buffers]
+
+
+def encode_block(
+    first: Any, columns: Sequence[Sequence[Any]], n: int
+) -> list[bytes | memoryview] | None:
+    """:func:`encode` of ``n`` elements shaped as ``first``, given as leaf columns.
+
+    ``columns[j][i]`` is leaf ``j`` (in ``structure.flatten`` order) of
+    element ``i``. The frames are those of :func:`encode` of the elements,
+    made without a pass over each; None where that would send them as rows
+    (large arrays).
+
+    >>> import numpy as np
+    >>> decode(encode_block({"x": np.int64(0)}, [np.arange(3)], 3))[0]
+    [{'x': np.int64(0)}, {'x': np.int64(1)}, {'x': np.int64(2)}]
+    """
+    encoder = Encoder(None)
+    entry = encoder.block(first, columns, n)
+    if entry is None:
+        return None
+    header = {"v": FORMAT_VERSION, "n": n, "m": {}, **entry, "b": encoder.table}
+    return [_pack(header), *encoder.frames]
 
 
 @dataclass(frozen=True, slots=True)

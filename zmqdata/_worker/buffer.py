@@ -43,10 +43,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zmqdata._dataset.block import Block
 from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
 from zmqdata._wire.progress import Mark
 from zmqdata._worker.handed import HandedKeys
@@ -87,6 +88,10 @@ class Encoded:
     frames: list[Any]
 
 
+Item = Raw | Encoded | Block
+"""What a buffer holds: a small element, a large one encoded, or a block of elements."""
+
+
 class TaskBuffer:
     """A thread-safe queue bounded by item count and bytes, with an end state."""
 
@@ -98,9 +103,9 @@ class TaskBuffer:
         paced: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._items: deque[tuple[Raw | Encoded, int, Lineage, list[Mark] | None]] = (
-            deque()
-        )
+        self._items: deque[tuple[Item, int, Lineage, list[Mark] | None]] = deque()
+        self._elements = 0
+        """The elements the items hold (a block holds several)."""
         self._keys = HandedKeys() if tracked else None
         self._bytes = 0
         self._max_items, self._max_bytes = max_items, max_bytes
@@ -118,7 +123,7 @@ class TaskBuffer:
 
     def put(
         self,
-        item: Raw | Encoded,
+        item: Item,
         nbytes: int,
         stop: threading.Event | None = None,
         lineage: Lineage = EMPTY,
@@ -136,16 +141,15 @@ class TaskBuffer:
                 wait_for_room(self._cond, stop)
             was_empty = not self._items
             self._items.append((item, nbytes, lineage, marks))
+            self._elements += item.n if type(item) is Block else 1
             self._bytes += nbytes
             return was_empty
 
-    def take(self, max_items: int) -> list[Raw | Encoded]:
+    def take(self, max_items: int) -> list[Item]:
         """Removes and returns up to ``max_items`` items without waiting."""
         return self._take(max_items, None, self._max_bytes)
 
-    def take_covered(
-        self, max_items: int, coverage: Coverage | None
-    ) -> list[Raw | Encoded]:
+    def take_covered(self, max_items: int, coverage: Coverage | None) -> list[Item]:
         """A reply's items: ``take``, adding what they stand for to ``coverage`` (if tracked).
 
         From a paced buffer, at most half its limit in bytes (one item at
@@ -156,14 +160,14 @@ class TaskBuffer:
 
     def _take(
         self, max_items: int, coverage: Coverage | None, max_bytes: int
-    ) -> list[Raw | Encoded]:
+    ) -> list[Item]:
         keys = self._keys if coverage is not None else None
         covered = coverage if keys is not None else None  # tracked replies only
         with self._cond:
             taken, lineages, taken_bytes = self._pop(max_items, max_bytes, covered)
             if taken:
                 if keys is not None and covered is not None:
-                    keys.cover(lineages, covered)
+                    keys.cover(lineages, covered, _counts(taken))
                 if self._paced:
                     self._pace(taken_bytes, self._clock())
                 self._cond.notify_all()
@@ -171,21 +175,30 @@ class TaskBuffer:
 
     def _pop(
         self, max_items: int, max_bytes: int, coverage: Coverage | None
-    ) -> tuple[list[Raw | Encoded], list[Lineage], int]:
+    ) -> tuple[list[Item], list[Lineage], int]:
         """Removes one take's items (under the lock): them, their lineages, their bytes.
 
         With ``coverage`` (a tracked reply), it keeps their lineages and marks.
         """
         items = self._items
-        taken: list[Raw | Encoded] = []
+        taken: list[Item] = []
         lineages: list[Lineage] = []  # only what a tracked reply covers
-        taken_bytes = 0
+        taken_bytes = count = 0
         while (
             items
-            and len(taken) < max_items
+            and count < max_items
             and (not taken or taken_bytes + items[0][1] <= max_bytes)
         ):
             item, nbytes, lineage, marks = items.popleft()
+            if type(item) is Block:
+                if count + item.n > max_items:  # cut at the count asked for
+                    rest = self._cut_front(item, nbytes, lineage, max_items - count)
+                    item, nbytes, lineage = rest
+                count += item.n
+                self._elements -= item.n
+            else:
+                count += 1
+                self._elements -= 1
             self._bytes -= nbytes
             taken_bytes += nbytes
             taken.append(item)
@@ -194,6 +207,22 @@ class TaskBuffer:
                 if marks:
                     coverage.mark(marks)
         return taken, lineages, taken_bytes
+
+    def _cut_front(
+        self, block: Block, nbytes: int, lineage: Lineage, k: int
+    ) -> tuple[Block, int, Lineage]:
+        """Puts back all but the first ``k`` elements of ``block``; returns those ``k``.
+
+        A block stands for one key per element (``next_block``).
+        """
+        head, rest = block.cut(k)
+        share = nbytes * k // block.n
+        key = lineage[0] + k if lineage else 0
+        head_keys, rest_keys = (
+            ((lineage[0], key), (key, lineage[1])) if lineage else (EMPTY, EMPTY)
+        )
+        self._items.appendleft((rest, nbytes - share, rest_keys, None))
+        return head, share, head_keys
 
     def _pace(self, taken_bytes: int, now: float) -> None:
         """Counts bytes taken; at the end of a window, sets the limit from the rate."""
@@ -224,7 +253,7 @@ class TaskBuffer:
         with self._cond:
             self._keys.handed(lo, hi)
 
-    def take_exactly(self, count: int) -> list[Raw | Encoded]:
+    def take_exactly(self, count: int) -> list[Item]:
         """Removes ``count`` items if that many are buffered, else none."""
         with self._cond:
             if len(self._items) < count:
@@ -257,7 +286,19 @@ class TaskBuffer:
     def buffered(self) -> tuple[int, int]:
         """``(items, bytes)`` waiting to be taken (for stats)."""
         with self._cond:
-            return len(self._items), self._bytes
+            return self._elements, self._bytes
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _counts(items: list[Item]) -> list[int] | None:
+    """How many elements each item holds; None when each holds one."""
+    if not any(type(item) is Block for item in items):
+        return None
+    return [item.n if type(item) is Block else 1 for item in items]
+
+
+def count(items: Sequence[Item]) -> int:
+    """How many elements ``items`` hold."""
+    return sum(item.n if type(item) is Block else 1 for item in items)

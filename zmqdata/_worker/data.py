@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import zmq
 
+from zmqdata._dataset.block import Block
 from zmqdata._runtime import auth
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.metrics import ServeStats
@@ -29,8 +31,8 @@ from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage
 from zmqdata._wire.versions import Spoken
-from zmqdata._worker import dealt, serving
-from zmqdata._worker.buffer import Encoded, Raw
+from zmqdata._worker import buffer, dealt, serving
+from zmqdata._worker.buffer import Item, Raw
 from zmqdata._worker.linkrate import PeerLinks
 from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
@@ -336,7 +338,7 @@ class DataLoop(PollLoop):
     def _send_items(
         self,
         request: Request,
-        items: list[Raw | Encoded],
+        items: Sequence[Item],
         eos: bool,
         runner: TaskRunner,
         rounds: list[int] | None = None,
@@ -353,7 +355,8 @@ class DataLoop(PollLoop):
                 request, error.code, f"cannot send an element: {error.message}"
             )
             return
-        header = _header(message, len(items), eos, groups, rounds, coverage, dealt)
+        count = buffer.count(items)
+        header = _header(message, count, eos, groups, rounds, coverage, dealt)
         parts = [peer, self._encode(peer, header)]
         nbytes = 0
         for group in groups:
@@ -361,28 +364,39 @@ class DataLoop(PollLoop):
             for part in group:
                 nbytes += part.nbytes if isinstance(part, memoryview) else len(part)
         # One count per reply (not per element): the hot path stays an int add.
-        self.stats.served(len(items), nbytes)
-        runner.stats.served(len(items), nbytes)
+        self.stats.served(count, nbytes)
+        runner.stats.served(count, nbytes)
         sock.send_multipart(parts, copy=False)
         runner.compression.link(peer, self._links.rate(peer))
         if log is not None:
-            sent = {"task_id": runner.task_id, "elements": len(items), "bytes": nbytes}
+            sent = {"task_id": runner.task_id, "elements": count, "bytes": nbytes}
             log.add("send", "worker", start, time.perf_counter_ns(), sent)
 
     def _frame_groups(
-        self, items: list[Raw | Encoded], message: m.GetElements
+        self, items: Sequence[Item], message: m.GetElements
     ) -> list[list[Any]]:
-        """A reply's frames-codec messages: runs of small items coalesced into one."""
+        """A reply's frames-codec messages: runs of small items coalesced into one.
+
+        A block is one message of its own, columnar (rows where its arrays
+        are large).
+        """
         groups: list[list[Any]] = []
         raw: list[Any] = []
         for item in items:
             if isinstance(item, Raw):
                 raw.append(item.element)
                 continue
+            if isinstance(item, Block):
+                group = frames.encode_block(item.first, item.columns, item.n)
+                if group is None:
+                    raw.extend(item.rows())
+                    continue
+            else:
+                group = self._shared.frames_for(item, message)
             if raw:
                 groups.append(frames.encode(raw))
                 raw = []
-            groups.append(self._shared.frames_for(item, message))
+            groups.append(group)
         if raw:
             groups.append(frames.encode(raw))
         return groups

@@ -37,22 +37,35 @@ class HandedKeys:
         """The task was handed the keys ``[lo, hi)``."""
         self._open.add(lo, hi)
 
-    def cover(self, lineages: Sequence[Lineage], coverage: Coverage) -> None:
-        """Adds the elements of ``lineages`` (taken, in order) to ``coverage``."""
+    def cover(
+        self,
+        lineages: Sequence[Lineage],
+        coverage: Coverage,
+        counts: Sequence[int] | None = None,
+    ) -> None:
+        """Adds the elements of ``lineages`` (taken, in order) to ``coverage``.
+
+        ``counts``: how many elements each lineage stands for (a block's, one
+        key each; 1 each without it).
+        """
         flat = list(itertools.chain.from_iterable(lineages))
-        count = len(lineages)
+        count = sum(counts) if counts is not None else len(lineages)
         # The usual reply: one next key per element, as a range source makes.
         if (
             count
-            and len(flat) == 2 * count
+            and len(flat) == 2 * len(lineages)
             and flat[-1] - flat[0] == count
             and flat[2::2] == flat[1:-1:2]
         ):
             coverage.add_run(count, flat[0], flat[-1], 1)
             self._open.discard(flat[0], flat[-1])
             return
-        for lineage in lineages:
-            coverage.add(lineage)
+        for index, lineage in enumerate(lineages):
+            n = 1 if counts is None else counts[index]
+            if n == 1:
+                coverage.add(lineage)
+            else:
+                coverage.add_run(n, lineage[0], lineage[1], 1)
             self._open.remove_all(lineage)
 
     def dropped(self, buffered: Iterable[Lineage]) -> Lineage:

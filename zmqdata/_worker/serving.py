@@ -19,11 +19,12 @@ Send(items=[Raw(element=7)], end_of_sequence=False, coverage=None)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage
-from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
+from zmqdata._worker.buffer import Encoded, Item, Raw, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
 
 Output = TaskBuffer | SlidingWindowCache[Raw | Encoded]
@@ -33,7 +34,7 @@ Output = TaskBuffer | SlidingWindowCache[Raw | Encoded]
 class Send:
     """Send these items (none: only the end of the sequence)."""
 
-    items: list[Raw | Encoded]
+    items: Sequence[Item]
     end_of_sequence: bool
     coverage: Coverage | None = None
     """Exactly once: what the items stand for (and, at the end, what was dropped)."""

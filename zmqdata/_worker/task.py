@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from zmqdata._dataset import profile as profiling
+from zmqdata._dataset.block import Block
 from zmqdata._dataset.iterator import (
     DatasetIterator,
     IgnoredErrors,
@@ -51,6 +52,8 @@ logger = logging.getLogger("zmqdata.worker")
 INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 1024
 BUFFER_BYTES = 64 * 2**20
+BLOCK_ELEMENTS = 1024
+"""The most elements one block holds (a DYNAMIC split holds fewer)."""
 _NEVER = threading.Event()
 """Never set: what a task that drains at its splits' ends checks per element."""
 
@@ -92,6 +95,9 @@ class TaskRunner:
         """Whether replies say what their elements stand for (exactly once)."""
         self.split_outputs = tracked and task.split_outputs
         """Exactly once by outputs: each split run alone, its outputs keyed."""
+        self._takes_blocks = not (task.dealt or cached) and paced
+        """First-come reads buffer what a source reads in bulk as blocks
+        (``_dataset/block.py``): one item each."""
         self.cache: SlidingWindowCache[Raw | Encoded] | None = (
             SlidingWindowCache(cache_bytes) if task.cross_trainer_cache else None
         )
@@ -335,6 +341,11 @@ class TaskRunner:
         # on the hot path (W1's scalars).
         countdown = 0 if profile is None else 1  # elements to the next timed one
         try:
+            if self._takes_blocks and marks is None:
+                block = iterator.next_block(BLOCK_ELEMENTS)
+                if block is not None:
+                    self._produce_blocks(iterator, block, profile, draining)
+                    return
             tracked = self.tracked
             for element in iterator:
                 if timed is not None:
@@ -357,6 +368,54 @@ class TaskRunner:
                         timed = profile
         finally:
             iterator.close()
+
+    def _produce_blocks(
+        self,
+        iterator: DatasetIterator,
+        block: Block,
+        profile: profiling.Profile | None,
+        draining: threading.Event,
+    ) -> None:
+        """Puts ``block`` and the next ones, each as one item, until the end.
+
+        Timed as elements are (a block stands for an element), stopped as
+        they are.
+        """
+        countdown = 0 if profile is None else 1  # blocks to the next timed one
+        while block.n:
+            if self._stop.is_set():
+                return
+            if draining.is_set():
+                raise Cancelled
+            self._put_block(block, iterator.lineage)
+            if countdown:
+                countdown -= 1
+            if profile is not None and not countdown:
+                countdown = profile.begin()
+                block = _next_block(iterator)
+                profile.end()
+            else:
+                block = _next_block(iterator)
+
+    def _put_block(self, block: Block, lineage: Lineage) -> None:
+        """One item for ``block``'s elements (standing for ``lineage``, if tracked).
+
+        Elements too large to travel columnar go one by one, each standing
+        for its own key.
+        """
+        columns, size = retained.compact_columns(block.columns)
+        if size > block.n * INLINE_BYTES:
+            lo = lineage[0] if lineage else 0
+            for index, element in enumerate(block.rows()):
+                key = (lo + index, lo + index + 1) if lineage else EMPTY
+                self._put(element, None, key)
+            return
+        item = Block(block.first, columns, block.n)
+        woke = self.buffer.put(
+            item, size, self._stop, lineage if self.tracked else EMPTY
+        )
+        if woke:
+            self._wake(self.task_id)
 
     def _produce_dealt(
         self,
@@ -447,3 +506,10 @@ class TaskRunner:
             profile.phase("blocked", time.perf_counter_ns() - encoded)
         if size > INLINE_BYTES:
             self.compression.resume()
+
+
+def _next_block(iterator: DatasetIterator) -> Block:
+    """The iterator's next block (it made one already, so it makes them all)."""
+    block = iterator.next_block(BLOCK_ELEMENTS)
+    assert block is not None
+    return block

@@ -37,6 +37,7 @@ from typing import Any, Final
 import numpy as np
 
 from zmqdata._dataset import fs, structure
+from zmqdata._dataset.block import Block
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.records import RecordSource
 from zmqdata._dataset.validate import check_optional_int
@@ -299,15 +300,34 @@ class Parquet(RecordSource):
     def records(self, node: Node, path: str, first: int) -> Iterator[Any]:
         return _read(path, first, node.args["columns"], node.args["batch_rows"])
 
+    def record_blocks(
+        self, node: Node, path: str, first: int
+    ) -> Iterator[Block] | None:
+        """Rows of scalar columns only, as the blocks of rows they are read in."""
+        spec = node.args["spec"]
+        scalars = spec is not None and all(
+            isinstance(leaf, list) and not leaf[1] for leaf in spec.values()
+        )
+        if node.args["batch_rows"] is not None or not scalars:
+            return None
+        return _read(path, first, node.args["columns"], None, as_blocks=True)
+
 
 def _read(
-    path: str, first: int, columns: list[str] | None, batch_rows: int | None
+    path: str,
+    first: int,
+    columns: list[str] | None,
+    batch_rows: int | None,
+    as_blocks: bool = False,
 ) -> Iterator[Any]:
-    """The elements of ``path`` from element ``first`` on; the file is closed at the end."""
+    """The elements of ``path`` from element ``first`` on; the file is closed at the end.
+
+    ``as_blocks``: rows, as a ``Block`` per batch of them read.
+    """
     pa, pq = _arrow()
     handle = fs.open_binary(path)
     try:
-        read = _Read(pa, path, first, batch_rows)
+        read = _Read(pa, path, first, batch_rows, as_blocks)
         yield from read.elements(*read.open(pq, handle, columns))
     finally:
         handle.close()
@@ -316,8 +336,16 @@ def _read(
 class _Read:
     """A read of one file from an element on, which knows where it is (for errors)."""
 
-    def __init__(self, pa: Any, path: str, first: int, batch_rows: int | None) -> None:
+    def __init__(
+        self,
+        pa: Any,
+        path: str,
+        first: int,
+        batch_rows: int | None,
+        as_blocks: bool = False,
+    ) -> None:
         self.pa, self.path, self.batch_rows = pa, path, batch_rows
+        self.as_blocks = as_blocks
         self.batched = batch_rows is not None
         self.element = first
         """The element read next."""
@@ -402,6 +430,12 @@ class _Read:
         """The elements of ``batch``: itself (``batch_rows``), or one per row."""
         names = self.names
         converted = self._convert(batch)
+        if self.as_blocks:
+            if batch.num_rows:
+                yield Block.of(dict.fromkeys(names), converted)
+            self.element += batch.num_rows
+            self.row += batch.num_rows
+            return
         if self.batched:
             yield dict(zip(names, converted, strict=True))
             self.element += 1

@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import (
@@ -49,6 +50,12 @@ class RecordSource(SplittableSource):
     def records(self, node: Node, path: str, first: int) -> Iterator[Any]:
         """The records of ``path`` from record ``first`` on, as elements."""
         raise NotImplementedError
+
+    def record_blocks(
+        self, node: Node, path: str, first: int
+    ) -> Iterator[Block] | None:
+        """The records of ``path`` from ``first`` on, as blocks; None: one at a time only."""
+        return None
 
     @staticmethod
     def bounds(node: Node) -> list[int]:
@@ -102,6 +109,11 @@ class RecordIterator(SplitIterator):
         self._reader: Iterator[Any] | None = None
         self._reader_at = (-1, -1)
         """(file, index of the record the open reader yields next)."""
+        self._blocks: Iterator[Block] | None = None
+        self._blocks_at = (-1, -1)
+        """(file, index of the record the open block reader yields next)."""
+        self._pending: tuple[Block, int] | None = None
+        """The block read last, and where in it the next record is."""
 
     def __next__(self) -> Any:
         if not self._advance():
@@ -124,6 +136,45 @@ class RecordIterator(SplitIterator):
             key = base_of(self._split) + index
             self.lineage = (key, key + 1)
         return element
+
+    def next_block(self, limit: int) -> Block | None:
+        """Up to ``limit`` records of one file and split, cut from the blocks the format reads."""
+        if not self._advance():
+            return END if self._blocks is not None else None
+        assert self._split is not None
+        index = self._next_index
+        file = bisect.bisect_right(self._bounds, index) - 1
+        end = min(self._split[1], self._bounds[file + 1], index + limit)
+        if self._blocks_at != (file, index):
+            self.close()
+            self._blocks = self._records.record_blocks(
+                self._node, self._files[file], index - self._bounds[file]
+            )
+            self._pending = None
+            if self._blocks is None:
+                return None
+        block = self._next_part(end - index)
+        if block is None:
+            raise self._missing(file, index, end)
+        self._next_index = index + block.n
+        self._blocks_at = (file, self._next_index)
+        if self._lineage:
+            key = base_of(self._split) + index
+            self.lineage = (key, key + block.n)
+        return block
+
+    def _next_part(self, most: int) -> Block | None:
+        """Up to ``most`` next records of the open block reader (None past its end)."""
+        if self._pending is None:
+            assert self._blocks is not None
+            read = next(self._blocks, None)
+            if read is None:
+                return None
+            self._pending = (read, 0)
+        block, at = self._pending
+        end = min(block.n, at + most)
+        self._pending = None if end == block.n else (block, end)
+        return block if (at, end) == (0, block.n) else block.part(at, end)
 
     def _read(self, file: int, index: int) -> Any:
         """Record ``index`` (of ``file``), from the open reader or a new one there."""
@@ -173,10 +224,13 @@ class RecordIterator(SplitIterator):
 
     def close(self) -> None:
         reader, self._reader = self._reader, None
-        self._reader_at = (-1, -1)
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
+        blocks, self._blocks = self._blocks, None
+        self._reader_at = self._blocks_at = (-1, -1)
+        self._pending = None
+        for each in (reader, blocks):
+            close = getattr(each, "close", None)
+            if close is not None:
+                close()
 
 
 def _failed_up_to(error: Exception, index: int, end: int) -> int:

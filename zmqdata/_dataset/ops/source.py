@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from zmqdata._dataset import structure
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
 from zmqdata._dataset.node import Node, Op
@@ -52,6 +53,10 @@ class SplittableSource(Op):
     def read_column(self, node: Node, lo: int, hi: int) -> np.ndarray:
         """Elements ``lo`` to ``hi`` (excluded) as one array."""
         raise NotImplementedError
+
+    def read_block(self, node: Node, lo: int, hi: int) -> Block | None:
+        """Elements ``lo`` to ``hi`` (excluded, ``lo < hi``) as one block; None: not in bulk."""
+        return None
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         provider = ctx.provider_for(node)
@@ -120,6 +125,17 @@ class SplitIterator(DatasetIterator):
         self._next_index = min(self._split[1], lo + limit)
         return self._op.read_column(self._node, lo, self._next_index)
 
+    def next_block(self, limit: int) -> Block | None:
+        if not self._advance():
+            return END
+        assert self._split is not None  # _advance found one
+        lo = self._next_index
+        hi = min(self._split[1], lo + limit)
+        block = self._op.read_block(self._node, lo, hi)
+        if block is not None:
+            self._next_index = hi
+        return block
+
     def get_state(self) -> dict[str, Any]:
         return {
             "split": self._split,
@@ -164,6 +180,13 @@ class _LineageSplitIterator(SplitIterator):
             self.lineage = (hi - len(column), hi)
         return column
 
+    def next_block(self, limit: int) -> Block | None:
+        block = super().next_block(limit)
+        if block is not None and block.n:
+            hi = base_of(self._split) + self._next_index
+            self.lineage = (hi - block.n, hi)
+        return block
+
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._base = 0 if self._split is None else base_of(self._split)
@@ -187,6 +210,10 @@ class Range(SplittableSource):
         start, step = node.args["start"], node.args["step"]
         return np.arange(start + lo * step, start + hi * step, step, dtype=np.int64)
 
+    def read_block(self, node: Node, lo: int, hi: int) -> Block:
+        column = self.read_column(node, lo, hi)
+        return Block(column[0], [column], hi - lo)
+
 
 class FromTensorSlices(SplittableSource):
     name = "from_tensor_slices"
@@ -202,6 +229,11 @@ class FromTensorSlices(SplittableSource):
 
     def read(self, node: Node, index: int) -> Any:
         return structure.slice_at(node.args["tensors"].value, index)
+
+    def read_block(self, node: Node, lo: int, hi: int) -> Block:
+        tensors = node.args["tensors"].value
+        columns = [np.asarray(leaf)[lo:hi] for leaf in structure.flatten(tensors)]
+        return Block.of(tensors, columns)
 
 
 class ListFiles(SplittableSource):
