@@ -33,6 +33,11 @@ def to_python(value: Any) -> Any:
     return value
 
 
+def _is_object_array(value: Any) -> bool:
+    """Whether ``value`` is a 1-D object array (of arrays: compared item by item)."""
+    return isinstance(value, np.ndarray) and value.dtype.kind == "O"
+
+
 def assert_bit_equal(actual: Any, expected: Any, path: str = "value") -> None:
     """Same nesting, same types, same dtypes and shapes, same bytes."""
     assert type(actual) is type(expected), (
@@ -42,8 +47,9 @@ def assert_bit_equal(actual: Any, expected: Any, path: str = "value") -> None:
         assert list(actual) == list(expected), f"{path}: keys {list(actual)}"
         for key in expected:
             assert_bit_equal(actual[key], expected[key], f"{path}[{key!r}]")
-    elif isinstance(expected, tuple | list):
+    elif isinstance(expected, tuple | list) or _is_object_array(expected):
         assert len(actual) == len(expected), f"{path}: {len(actual)} != {len(expected)}"
+        assert _is_object_array(actual) == _is_object_array(expected), path
         for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
             assert_bit_equal(a, e, f"{path}[{index}]")
     elif isinstance(expected, np.ndarray | np.generic):

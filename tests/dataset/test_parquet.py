@@ -199,10 +199,39 @@ def test_list_columns_batch_when_their_lengths_agree(tmp_path):
     assert ds.element_spec == {
         "l": structure.TensorSpec((None, None), np.dtype(np.int16))
     }
-    assert_bit_equal(next(iter(ds)), {"l": np.array([[1, 2], [3, 4]], np.int16)})
-    ragged = zd.Dataset(build(str(path), batch_rows=4))
-    with pytest.raises(InvalidArgumentError, match=r"a\.parquet.*'l'.*equal lengths"):
-        list(ragged)
+    assert_bit_equal(
+        list(ds), [{"l": np.array(r, np.int16)} for r in [[[1, 2], [3, 4]], [[5], [6]]]]
+    )
+
+
+def test_ragged_list_batches_hold_their_rows_arrays(files):
+    ds = zd.Dataset(build(files, columns=["i", "l"], batch_rows=3))
+    batches = list(ds)
+    # lists of i % 4 items; batches of 3 and 1 rows per group of 4
+    assert [b["l"].dtype.kind for b in batches][:3] == ["O", "i", "O"]
+    assert [len(b["l"]) for b in batches] == [len(b["i"]) for b in batches]
+    lists = [b["l"][k] for b in batches for k in range(len(b["l"]))]
+    assert_bit_equal(lists, [row(i)["l"] for i in range(TOTAL)])
+    assert all(a.flags.writeable for a in lists)
+    first = batches[0]["l"]
+    assert first[1].base is not None
+    assert first[1].base is first[2].base  # views of one buffer
+    rows = zd.Dataset(build(files, columns=["i", "l"], batch_rows=3)).unbatch()
+    assert_bit_equal(list(rows), list(zd.Dataset(build(files, columns=["i", "l"]))))
+
+
+@pytest.mark.parametrize("batch_rows", [None, 2])
+@pytest.mark.parametrize("lists", [[[1], [2, 3], None], [[1], [2, 3], [4, None]]])
+def test_a_null_list_or_item_names_its_row(tmp_path, lists, batch_rows):
+    path = tmp_path / "a.parquet"
+    write(path, pa.table({"l": pa.array(lists, pa.list_(pa.int32()))}))
+    ds = zd.Dataset(build(str(path), batch_rows=batch_rows))
+    element = 2 if batch_rows is None else 1
+    with pytest.raises(
+        InvalidArgumentError,
+        match=rf"a\.parquet: element {element} \(row 2\).*'l' is null",
+    ):
+        list(ds)
 
 
 def test_nested_structs_and_nulls(tmp_path):
@@ -532,6 +561,14 @@ def test_distributed_epoch_reads_every_row_once(shared_cluster, many):
     batches = list(batched)
     assert sorted(i for b in batches for i in b["i"].tolist()) == list(range(150))
     assert all(b["s"].dtype.kind == "U" for b in batches)
+
+
+def test_ragged_list_batches_travel(shared_cluster, many):
+    ds = zd.Dataset(build(many, columns=["i", "l"], batch_rows=5))
+    served = ds.apply(service.distribute("distributed_epoch", shared_cluster.target))
+    batches = sorted(served, key=lambda b: int(b["i"][0]))
+    assert_bit_equal(batches, list(ds))
+    assert {b["l"].dtype.kind for b in batches} == {"O"}
 
 
 def test_ranks_get_disjoint_equal_shares(shared_cluster, many):

@@ -30,7 +30,12 @@ FAST = settings(
 def assert_same(got: Any, want: Any, path: str = "") -> None:
     """Exact equality: types, dtypes (byte order too), shapes, bits, key order."""
     assert type(got) is type(want), f"{path}: {type(got)} != {type(want)}"
-    if isinstance(want, np.ndarray | np.generic):
+    if isinstance(want, np.ndarray) and want.dtype.kind == "O":
+        assert got.dtype.kind == "O", path
+        assert got.shape == want.shape, path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same(g, w, f"{path}[{i}]")
+    elif isinstance(want, np.ndarray | np.generic):
         assert got.dtype.str == want.dtype.str, path
         assert got.shape == want.shape, path
         assert (
@@ -48,6 +53,14 @@ def assert_same(got: Any, want: Any, path: str = "") -> None:
             assert_same(got[key], want[key], f"{path}[{key!r}]")
     else:
         assert got == want, path
+
+
+def ragged(*pieces: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A 1-D object array holding ``pieces``."""
+    result = np.empty(len(pieces), dtype=object)
+    for index, piece in enumerate(pieces):
+        result[index] = piece
+    return result
 
 
 def round_trip(elements: Sequence[Any], **kwargs: Any) -> list[Any]:
@@ -454,6 +467,19 @@ class Custom:
     pass
 
 
+@pytest.mark.parametrize("level", [None, 3])
+def test_ragged_leaves_travel_as_values_and_lengths(level: int | None) -> None:
+    tokens = ragged(np.arange(5, dtype=">i4"), np.arange(0, dtype=">i4"))
+    big = ragged(np.zeros(INLINE_MAX, np.float64), np.ones(3, np.float64))
+    text = ragged(np.array(["a", "bc"]), np.array(["de"]))
+    elements = [{"l": tokens, "i": np.int64(1)}, {"l": big, "i": np.int64(2)}, text]
+    frames = round_trip(elements, compression_level=level)
+    assert len(frames) == 2  # the big values: one frame, not one per array
+    got = decode(frames)[0][1]["l"]
+    assert got[0].base is got[1].base  # views of one buffer
+    assert got[0].flags.writeable
+
+
 Point = collections.namedtuple("Point", "x")
 
 
@@ -461,6 +487,11 @@ Point = collections.namedtuple("Point", "x")
     ("element", "match"),
     [
         (np.array([object()]), "dtype object"),
+        (np.empty(0, dtype=object), r"dtype object of shape \(0,\)"),
+        (ragged(np.zeros((1, 2))), "1-D numpy arrays"),
+        (ragged(np.zeros(2), np.zeros(2, np.float32)), "of one dtype"),
+        (ragged(b"x"), "dtype object"),
+        (np.full((2, 2), None).astype(object), r"shape \(2, 2\)"),
         (np.zeros(2, dtype=[("a", "i4")]), "structured|dtype"),
         (np.zeros(2, dtype="V4"), "V4|void"),
         (np.zeros(2, dtype=[("a", "i4")])[0], "numpy scalar dtype"),
@@ -612,6 +643,37 @@ def test_malformed_columnar_headers(
     edit: Callable[[dict[str, Any]], object], match: str
 ) -> None:
     reject(repack(COLUMNAR, edit), match)
+
+
+RAGGED = encode([ragged(np.arange(2, dtype=np.int32), np.arange(3, dtype=np.int32))])
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        (lambda h: h["r"][0].__setitem__(2, 0), "bad ragged leaf of 0 arrays"),
+        (lambda h: h["r"][0].__setitem__(2, 10**9), "bad ragged leaf of 1000000000"),
+        (lambda h: h["r"][0].__setitem__(2, "2"), "bad ragged leaf of '2'"),
+        (lambda h: h["r"][0].__setitem__(2, 3), "16 bytes but 3 x <i8"),
+        (lambda h: h["r"][0].__setitem__(1, "|O"), "not allowed"),
+        (lambda h: h["r"][0].pop(), "needs 5 fields"),
+        (
+            lambda h: h["r"][0].__setitem__(4, struct.pack("<2q", -1, 6)),
+            "bad ragged lengths",
+        ),
+        (lambda h: h["r"][0].__setitem__(4, struct.pack("<2q", 2, 4)), "6 x <i4"),
+    ],
+)
+def test_malformed_ragged_leaves(
+    edit: Callable[[dict[str, Any]], object], match: str
+) -> None:
+    reject(repack(RAGGED, edit), match)
+
+
+def test_ragged_leaves_are_refused_in_columns() -> None:
+    leaf = header(RAGGED)["r"][0]
+    columnar = repack(COLUMNAR, lambda h: h["c"][1].__setitem__(1, leaf))
+    reject(columnar, "bad ragged leaf of 2 arrays in a column of 50")
 
 
 def test_forged_count_of_empty_elements_is_bounded() -> None:

@@ -25,6 +25,8 @@ from zmqdata._wire.codec import Buffer, byte_view, decompress
 from zmqdata._wire.limits import (
     HEADER_BYTES_FLOOR,
     HEADER_BYTES_PER_BYTE,
+    OBJECTS_FLOOR,
+    OBJECTS_PER_BYTE,
     Limits,
     check_buffer_table,
     check_objects,
@@ -89,7 +91,8 @@ def decode_frames(
     if shared:
         assert segments is not None
         _claim(header["s"], shared, buffers, segments)
-    decoder = _Decoder(buffers)
+    received = sum(view.nbytes for view in views)
+    decoder = _Decoder(buffers, OBJECTS_PER_BYTE * received + OBJECTS_FLOOR)
     if rows is None:
         elements = decoder.batch(columns, n)
     else:
@@ -268,9 +271,11 @@ def _load_buffers(
 class _Decoder:
     """Rebuilds elements from SPECs, taking each buffer exactly once."""
 
-    def __init__(self, buffers: list[memoryview]) -> None:
+    def __init__(self, buffers: list[memoryview], objects: int) -> None:
         self._buffers = buffers
         self._used = [False] * len(buffers)
+        self._objects = objects
+        """The arrays ragged leaves may still make (bounded by the bytes received)."""
 
     def check_all_used(self) -> None:
         """Raises if a buffer frame was never referenced."""
@@ -339,7 +344,28 @@ class _Decoder:
         if tag == "v":
             _expect_len(spec, 3)
             return _values(spec[1], spec[2], n)
+        if tag == "o":
+            return [self._ragged(spec, n)]
         raise InvalidArgumentError(f"unknown SPEC tag {tag!r}")
+
+    def _ragged(self, spec: list[Any], n: int) -> np.ndarray[Any, Any]:
+        """An ``"o"`` leaf's object array of 1-D arrays (views of one buffer)."""
+        _expect_len(spec, 5)
+        dtype, count = _dtype(spec[1], ARRAY_KINDS), spec[2]
+        if n != 1 or type(count) is not int or not 0 < count <= self._objects:
+            raise InvalidArgumentError(
+                f"bad ragged leaf of {short(count)} arrays in a column of {n}"
+            )
+        self._objects -= count
+        lengths = self._array(spec[4], np.dtype("<i8"), count, writable=False)
+        if lengths.min() < 0:
+            raise InvalidArgumentError(f"bad ragged lengths {short(lengths.tolist())}")
+        ends = list(itertools.accumulate(lengths.tolist()))  # Python ints: no overflow
+        flat = self._array(spec[3], dtype, ends[-1], writable=True)
+        result = np.empty(count, dtype=object)
+        for index, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+            result[index] = flat[lo:hi]
+        return result
 
     def _array(
         self, ref: object, dtype: np.dtype[Any], count: int, *, writable: bool

@@ -36,7 +36,7 @@ from zmqdata._wire.schema import (
 from zmqdata.errors import InvalidArgumentError
 
 # A structure signature: ("T"|"L", children), ("D", keys, children),
-# ("a", dtype, shape), ("s", dtype), or a type from VALUE_TYPES.
+# ("a", dtype, shape), ("o", dtype, count), ("s", dtype), or a type from VALUE_TYPES.
 Sig: TypeAlias = "tuple[Any, ...] | type"
 _Signer: TypeAlias = Callable[[Any, list[Any], int], Sig]
 
@@ -127,6 +127,12 @@ class Encoder:
         dtype: np.dtype[Any] = sig[1]
         if sig[0] == "s":
             return ["s", dtype.str, self._place(np.array(values, dtype=dtype))]
+        if sig[0] == "o":  # rows only: n == 1
+            items = values[0]
+            lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items))
+            flat = np.concatenate(items, dtype=dtype)  # keeps the byte order
+            self._claim(flat.nbytes + lengths.nbytes)
+            return ["o", dtype.str, len(items), self._place(flat), self._place(lengths)]
         self._claim(n * math.prod(sig[2]) * dtype.itemsize)
         column = values[0] if n == 1 else np.array(values, dtype=dtype)
         return ["a", dtype.str, list(sig[2]), self._place(column)]
@@ -218,10 +224,33 @@ def _value(value: object, leaves: list[Any], depth: int) -> Sig:
 
 
 def _array(value: np.ndarray[Any, Any], leaves: list[Any], depth: int) -> Sig:
+    if value.dtype.kind == "O":
+        return _ragged(value, leaves)
     if value.dtype.kind not in ARRAY_KINDS:
         raise _Unsupported(_bad_dtype(value.dtype, "array"))
     leaves.append(value)
     return ("a", value.dtype, value.shape)
+
+
+def _ragged(value: np.ndarray[Any, Any], leaves: list[Any]) -> Sig:
+    """An object array of 1-D arrays of one dtype: ``("o", dtype, count)``."""
+    items = list(value) if value.ndim == 1 else []
+    dtype = items[0].dtype if items and type(items[0]) is np.ndarray else None
+    if (
+        dtype is None
+        or dtype.kind not in ARRAY_KINDS
+        or not all(
+            type(item) is np.ndarray and item.ndim == 1 and item.dtype == dtype
+            for item in items
+        )
+    ):
+        raise _Unsupported(
+            f"array dtype object of shape {value.shape} is supported only as a"
+            " non-empty 1-D array of 1-D numpy arrays of one dtype, not object"
+            " (nothing is pickled)"
+        )
+    leaves.append(items)
+    return ("o", dtype, len(items))
 
 
 def _scalar(value: np.generic, leaves: list[Any], depth: int) -> Sig:
@@ -309,6 +338,8 @@ def _columnar(sig: Sig, n: int) -> bool:
     """
     min_bytes = 0
     for leaf in _leaf_signatures(sig):
+        if isinstance(leaf, tuple) and leaf[0] == "o":
+            return False
         if isinstance(leaf, tuple) and leaf[0] == "a":
             shape: tuple[int, ...] = leaf[2]
             nbytes = math.prod(shape) * leaf[1].itemsize

@@ -6,7 +6,9 @@ An element is a *structure*: a numpy array, a numpy scalar, a Python scalar
 exactly what :func:`encode` got: the same container types and dict key order,
 numpy scalars of the same dtype, Python scalars of the same type, and arrays
 with the same dtype (byte order included), shape and bits. Nothing is pickled:
-object and structured dtypes, and any other type, are rejected.
+structured dtypes, object arrays other than a ragged array (a non-empty 1-D
+object array of 1-D arrays of one dtype, such as a batch of token lists), and
+any other type are rejected.
 
 Header layout
 -------------
@@ -43,6 +45,10 @@ values found at that place in the structure::
                                      <i8 / <f8 / |b1
     ["v", type, [value, ...]]        k values inline in msgpack; type is one of
                                      none bool int float str bytes str_ bytes_
+    ["o", dtype, count, REF, REF]    a ragged array (rows only, k = 1): its
+                                     count arrays' values end to end, then
+                                     their count lengths as <i8; decoded as
+                                     views of the values
 
 ``dtype`` is numpy's ``dtype.str`` (``"<f4"``, ``">i4"``, ``"|b1"``,
 ``"<U5"``, ``"<M8[ns]"``). A REF is either a msgpack ``bin`` holding the C-order

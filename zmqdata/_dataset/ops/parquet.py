@@ -6,9 +6,10 @@ time of day is the ``timedelta64`` since midnight), ``str`` and ``bytes`` for
 text and binary ones, a 1-D ``np.ndarray`` for a list column, a nested
 ``dict`` for a struct. With ``batch_rows``, an element is up to that many
 consecutive rows of one row group as a ``dict`` of numpy columns (text as
-``<U``, binary as ``S`` arrays, a list column as a 2-D array: its lists must
-then have equal lengths within a batch), what ``batch(batch_rows)`` makes of
-the rows; batches never span row groups or files.
+``<U``, binary as ``S`` arrays), what ``batch(batch_rows)`` makes of the rows;
+batches never span row groups or files. A list column's batch is a 2-D array
+when its lists have equal lengths, else a 1-D object array of the rows' 1-D
+arrays (views of one buffer): ``batch[i]`` is row ``i``'s list either way.
 
 Files are counted from their footers when the dataset is built (no data is
 read), and read with pyarrow, streamed row group by row group from the one
@@ -26,6 +27,9 @@ in temporal ones; anywhere else a null is an error naming its row.
 [{'x': np.int64(2), 's': 'b'}, {'x': np.int64(3), 's': 'c'}]
 >>> list(Parquet().records(build(path, ["s"], batch_rows=2), path, 0))
 [{'s': array(['a', 'b'], dtype='<U1')}, {'s': array(['c'], dtype='<U1')}]
+>>> pq.write_table(pa.table({"l": [[1, 2], [3]]}), path)
+>>> next(Parquet().records(build(path, batch_rows=2), path, 0))
+{'l': array([array([1, 2]), array([3])], dtype=object)}
 """
 
 from __future__ import annotations
@@ -200,26 +204,36 @@ def _leaf_values(pa: Any, name: str, array: Any, batched: bool) -> Any:
 
 
 def _list_values(pa: Any, name: str, array: Any, batched: bool) -> Any:
-    """A list column: one array per row, or a 2-D array of a batch."""
+    """A list column: one array per row, or a batch's 2-D array or object array.
+
+    A batch is 2-D when its lists have equal lengths, else a 1-D object array of
+    its rows' arrays (views of one buffer).
+    """
     _check_nulls(name, array)
     rows = len(array)
-    values = _leaf_values(pa, name, array.flatten(), batched=True)
     if pa.types.is_fixed_size_list(array.type):
         lengths = np.full(rows, array.type.list_size, dtype=np.int64)
     else:
         lengths = array.value_lengths().to_numpy(zero_copy_only=False)
-    if batched:
-        if rows and (lengths != lengths[0]).any():
-            raise InvalidArgumentError(
-                f"column {name!r}: the lists of one batch must have equal lengths to "
-                f"make a 2-D array, got lengths {sorted(set(lengths.tolist()))[:5]}; "
-                "read rows (batch_rows=None) and batch them with padded_batch"
-            )
-        return values.reshape(rows, int(lengths[0]) if rows else 0)
-    if rows and not (lengths != lengths[0]).any():  # equal lengths: rows of a 2-D view
-        return list(values.reshape(rows, int(lengths[0])))
-    ends = np.cumsum(lengths).tolist()
-    return [values[lo:hi] for lo, hi in zip([0, *ends[:-1]], ends, strict=True)]
+    ends = np.cumsum(lengths)
+    try:
+        values = _leaf_values(pa, name, array.flatten(), batched=True)
+    except _NullError as null:  # at an item: name its row
+        raise _NullError(name, int(np.searchsorted(ends, null.row, "right"))) from None
+    if not rows or not (lengths != lengths[0]).any():  # equal: rows of a 2-D view
+        table = values.reshape(rows, int(lengths[0]) if rows else 0)
+        return table if batched else list(table)
+    bounds = ends.tolist()
+    pieces = [values[lo:hi] for lo, hi in zip([0, *bounds[:-1]], bounds, strict=True)]
+    return _object_array(pieces) if batched else pieces
+
+
+def _object_array(pieces: list[np.ndarray]) -> np.ndarray:
+    """A 1-D object array holding ``pieces`` (numpy would stack equal shapes)."""
+    result = np.empty(len(pieces), dtype=object)
+    for index, piece in enumerate(pieces):
+        result[index] = piece
+    return result
 
 
 def _column(pa: Any, name: str, array: Any, batched: bool) -> Any:
