@@ -184,24 +184,41 @@ def transport(path: str) -> Iterator[None]:
 
 
 @contextmanager
-def cluster(num_workers: int, env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """An in-process dispatcher with ``num_workers`` worker processes (``env``
-    set in theirs); its target."""
+def cluster(
+    num_workers: int, env: Mapping[str, str] | None = None, apart: bool = False
+) -> Iterator[str]:
+    """A dispatcher with ``num_workers`` worker processes (``env`` set in
+    theirs); its target. The dispatcher runs in this process, or with ``apart``
+    in its own (``bench/daemon.py``), so that this process's CPU is the trainer's."""
     # W3 embeds its 64 MiB tensor in the pipeline (a shortcut for a transfer
     # benchmark; real pipelines read files): over the default 64 MiB cap.
-    dispatcher = service.DispatchServer(
-        service.DispatcherConfig(max_pipeline_bytes=256 * 2**20)
-    )
-    procs = [
+    settings: dict[str, Any] = {"max_pipeline_bytes": 256 * 2**20}
+    if apart:
+        from bench.daemon import dispatcher_process
+
+        with (
+            dispatcher_process(**settings) as (target, _),
+            registered(target, workers(target, num_workers, env)),
+        ):
+            yield target
+        return
+    dispatcher = service.DispatchServer(service.DispatcherConfig(**settings))
+    with serving(dispatcher, workers(dispatcher.target, num_workers, env)) as target:
+        yield target
+
+
+def workers(
+    target: str, num_workers: int, env: Mapping[str, str] | None = None
+) -> list[subprocess.Popen[Any]]:
+    """``num_workers`` worker processes of the dispatcher at ``target``."""
+    return [
         subprocess.Popen(
-            [sys.executable, "-c", _WORKER, dispatcher.target],
+            [sys.executable, "-c", _WORKER, target],
             stdout=subprocess.DEVNULL,
             env=subprocess_env(env),
         )
         for _ in range(num_workers)
     ]
-    with serving(dispatcher, procs) as target:
-        yield target
 
 
 @contextmanager
@@ -211,15 +228,25 @@ def serving(
     """``dispatcher``'s target once every worker process in ``procs`` registered
     (60 s at most); stops them all on the way out."""
     try:
+        with registered(dispatcher.target, procs):
+            yield dispatcher.target
+    finally:
+        dispatcher.stop()
+
+
+@contextmanager
+def registered(target: str, procs: list[subprocess.Popen[Any]]) -> Iterator[None]:
+    """Once every worker process in ``procs`` registered at ``target`` (60 s at
+    most); stops them on the way out."""
+    try:
         deadline = time.monotonic() + 60
-        while len(service.get_status(dispatcher.target)["workers"]) < len(procs):
+        while len(service.get_status(target)["workers"]) < len(procs):
             if time.monotonic() > deadline:
                 raise RuntimeError("workers did not register within 60 s")
             time.sleep(0.05)
-        yield dispatcher.target
+        yield
     finally:
         stop_processes(procs)
-        dispatcher.stop()
 
 
 def stop_processes(procs: Iterable[subprocess.Popen[Any]]) -> None:

@@ -10,6 +10,9 @@ end):
 * Parquet: 4 files x 262,144 rows (row groups of 65,536), columns ``id``
   int64, ``x`` float64, ``y`` float32, ``label`` int32, ``text`` a short
   string (``"gamma-417"``), ~6 MB a file;
+* token rows: 1 Parquet file x 262,144 LM-style rows (row groups of 65,536),
+  ``id`` int64, ``score`` float32, ``source`` int16, ``tokens`` a list of 8-96
+  int32 token ids (lengths drawn per row);
 * WebDataset: 8 tar shards x 250 samples, each a ~20 KB 256x256 JPEG
   (``jpg``) and a class (``cls``).
 
@@ -19,6 +22,8 @@ Workloads (an element is what the trainer receives):
   numpy columns (1,024 batches);
 * ``parquet_rows``: the first file, row by row, a ``dict`` of numpy values
   (262,144 rows);
+* ``token_rows``: the token file row by row, the same ``dict`` with ``tokens``
+  a 1-D int32 array (262,144 rows);
 * ``webdataset``: the 8 shards, one decoded sample at a time: the JPEG as a
   ``uint8`` array ``(256, 256, 3)`` (Pillow), the class an integer.
 
@@ -26,14 +31,15 @@ Systems, each reading the same files to the same elements:
 
 * ``local``: one process, the reader a user would write without zmqdata:
   ``pyarrow.parquet.ParquetFile.iter_batches`` with columns to numpy (rows:
-  batches of 65,536 cut into ``dict`` rows); the ``webdataset`` package's
+  batches of 65,536 cut into ``dict`` rows, a list column's values the
+  arrays of ``to_numpy``'s object array); the ``webdataset`` package's
   ``WebDataset(urls, shardshuffle=False).decode("rgb8")`` (``tarfile`` +
   Pillow where ``import webdataset`` fails);
 * ``zmqdata_local``: ``zd.Dataset.from_parquet`` / ``from_webdataset(decode=True)``
   iterated in this process, no service;
 * ``zmqdata_1``, ``zmqdata_2``: the same dataset read as ``distributed_epoch``
-  from 1 and from 2 worker processes (``common.cluster``: the dispatcher in
-  this process), default settings;
+  from 1 and from 2 worker processes (``common.cluster``, the dispatcher in a
+  process of its own), default settings;
 * ``ray``: Ray Data as bench/peers.py runs it (``ray.init(num_cpus=2)``,
   progress bars and worker logs off, defaults otherwise):
   ``ray.data.read_parquet`` + ``iter_batches(batch_size=1024,
@@ -45,11 +51,14 @@ All five are up at once (both clusters, Ray), and the passes interleave: a
 warm-up pass of each system, then ``repeats`` rounds of one pass of each, the
 order reversed every other round, so that drift on a shared machine hits every
 system alike. Every pass checks its element and row counts. Figures: elements/s
-(rows/s too for batches), medians with min-max, ratios of medians, and the
-median (min-max) of the per-round ratios.
+(rows/s too for batches) and the trainer's CPU per element (``time.process_time``
+around the pass: every thread of this process, which runs no dispatcher and
+no worker), medians with min-max, ratios of medians, and the median (min-max)
+of the per-round ratios.
 
 Issue targets: zmqdata with 1 worker at least the local single-process rate
-(``zmqdata_1 / local >= 1``), and with 2 workers at least the best peer
+(``zmqdata_1 / local >= 1``), on the row workloads with no more trainer CPU per
+row than local, and with 2 workers at least the best peer
 (``zmqdata_2 / max(local, ray) >= 1``).
 """
 
@@ -81,13 +90,23 @@ TARGET_ONE_VS_LOCAL = 1.0
 """The issue's target: 1 worker reads at least as fast as one local process."""
 TARGET_TWO_VS_PEER = 1.0
 """... and 2 workers at least as fast as the best peer (local or Ray Data)."""
+TARGET_CPU_VS_LOCAL = 1.0
+"""Through 1 worker, the trainer's CPU per row at most local's (row workloads)."""
+CPU_TARGETED = frozenset({"parquet_rows", "token_rows"})
+"""The workloads with the CPU target."""
 RAY_CPUS = 2
 SYSTEMS = ("local", "zmqdata_local", "zmqdata_1", "zmqdata_2", "ray")
 PEERS = ("local", "ray")
 OPTIONAL = frozenset({"ray"})
 """Systems skipped with a line (not ending the run) where they fail."""
-WORKLOADS = ("parquet_batches", "parquet_rows", "webdataset")
+WORKLOADS = ("parquet_batches", "parquet_rows", "token_rows", "webdataset")
+PARQUET = ("parquet_batches", "parquet_rows", "token_rows")
+"""The workloads that read Parquet (with pyarrow)."""
 WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+TOKENS = (8, 96)
+"""The fewest and most token ids in a token row."""
+VOCABULARY = 32_000
+"""Token ids are drawn below this."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +118,8 @@ class Sizes:
     batch_rows: int = 1024
     rows_files: int = 1
     """Files the ``parquet_rows`` workload reads (the first ones)."""
+    token_rows: int = 262_144
+    """Rows of the token file (row groups of ``row_group``)."""
     shards: int = 8
     samples: int = 250
     """Samples per shard."""
@@ -113,6 +134,7 @@ QUICK = Sizes(
     parquet_rows=16_384,
     row_group=4_096,
     rows_files=1,
+    token_rows=16_384,
     shards=2,
     samples=40,
     image_side=64,
@@ -151,6 +173,29 @@ def write_parquet(folder: Path, sizes: Sizes, seed: int = 0) -> list[str]:
         pq.write_table(table, path, row_group_size=sizes.row_group)
         paths.append(str(path))
     return paths
+
+
+def write_tokens(folder: Path, sizes: Sizes, seed: int = 0) -> str:
+    """A seeded Parquet file of ``sizes.token_rows`` LM-style rows in ``folder``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    n = sizes.token_rows
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(rng.integers(TOKENS[0], TOKENS[1] + 1, n), out=offsets[1:])
+    ids = rng.integers(0, VOCABULARY, offsets[-1], dtype=np.int32)
+    table = pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "score": rng.random(n, dtype=np.float32),
+            "source": rng.integers(0, 64, n, dtype=np.int16),
+            "tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids)),
+        }
+    )
+    path = folder / "tokens.parquet"
+    pq.write_table(table, path, row_group_size=sizes.row_group)
+    return str(path)
 
 
 def jpeg(index: int, side: int, noise: int = 20, quality: int = 85) -> bytes:
@@ -207,7 +252,8 @@ def pyarrow_batches(paths: Sequence[str], batch_rows: int) -> Iterator[dict[str,
 
 
 def pyarrow_rows(paths: Sequence[str], read_rows: int = 65_536) -> Iterator[Any]:
-    """Rows as ``dict`` of numpy values (``str`` text), plain pyarrow."""
+    """Rows as ``dict`` of numpy values (``str`` text, a list column's values the
+    1-D arrays of ``to_numpy``'s object array), plain pyarrow."""
     for columns in pyarrow_batches(paths, read_rows):
         names = list(columns)
         for values in zip(*columns.values(), strict=True):
@@ -314,6 +360,23 @@ def workloads(folder: Path, sizes: Sizes, names: Sequence[str]) -> dict[str, Wor
             dataset=zd.Dataset.from_parquet(first),
             ray=lambda data: _ray_rows(data.read_parquet(first)),
         )
+    if "token_rows" in wanted:
+        tokens = [write_tokens(folder, sizes)]
+        out["token_rows"] = Workload(
+            name="token_rows",
+            about=(
+                f"1 Parquet file x {sizes.token_rows:,} token rows ({TOKENS[0]}-"
+                f"{TOKENS[1]} int32 ids + 3 columns), one row per element"
+            ),
+            unit="rows",
+            elements=sizes.token_rows,
+            rows=sizes.token_rows,
+            files=tuple(tokens),
+            local_label="pyarrow iter_batches to rows, one process",
+            local=lambda: pyarrow_rows(tokens),
+            dataset=zd.Dataset.from_parquet(tokens),
+            ray=lambda data: _ray_rows(data.read_parquet(tokens)),
+        )
     if "webdataset" in wanted:
         urls, mean = write_shards(folder, sizes)
         count = sizes.shards * sizes.samples
@@ -356,23 +419,29 @@ Pass = Callable[[], Figures]
 
 
 def timed(workload: Workload, read: Callable[[], Iterable[Any]]) -> Pass:
-    """One pass: elements/s and rows/s of draining ``read()``, counts checked."""
+    """One pass: elements/s, rows/s and this process's CPU µs per element of
+    draining ``read()``, counts checked."""
 
     def once() -> Figures:
         elements = rows = 0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for element in read():
             elements += 1
             if workload.batched:
                 rows += batch_length(element)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu
         rows = rows if workload.batched else elements
         if (elements, rows) != (workload.elements, workload.rows):
             raise RuntimeError(
                 f"{workload.name}: read {elements:,} {workload.unit} ({rows:,} rows),"
                 f" expected {workload.elements:,} ({workload.rows:,} rows)"
             )
-        return {"rate": elements / elapsed, "rows_s": rows / elapsed}
+        return {
+            "rate": elements / elapsed,
+            "rows_s": rows / elapsed,
+            "cpu_us": cpu * 1e6 / elements,
+        }
 
     return once
 
@@ -420,12 +489,16 @@ def round_ratios(a: Stat, b: Stat) -> Stat:
 
 
 def compared(stats: dict[str, dict[str, Stat]]) -> dict[str, Any]:
-    """The targets' ratios: 1 worker vs local, 2 workers vs the best peer."""
+    """The targets' ratios: 1 worker vs local (rate, trainer CPU per element),
+    2 workers vs the best peer."""
     out: dict[str, Any] = {}
     rate = {name: figures["rate"] for name, figures in stats.items()}
     if "zmqdata_1" in rate and "local" in rate:
         out["one_vs_local"] = rate["zmqdata_1"] / rate["local"]
         out["one_vs_local_rounds"] = round_ratios(rate["zmqdata_1"], rate["local"])
+        cpu, local = stats["zmqdata_1"]["cpu_us"], stats["local"]["cpu_us"]
+        out["one_cpu_vs_local"] = cpu / local
+        out["one_cpu_vs_local_rounds"] = round_ratios(cpu, local)
     peers = [name for name in PEERS if name in rate]
     if "zmqdata_2" in rate and peers:
         best = max(peers, key=lambda name: rate[name])
@@ -480,9 +553,9 @@ def formats(bench: Bench, names: Sequence[str] = WORKLOADS) -> dict[str, Any]:
     result: dict[str, Any] = {"repeats": bench.repeats}
     if importlib.util.find_spec("pyarrow") is None:
         reason = "`import pyarrow` fails (pip install -e '.[parquet]')"
-        for name in ("parquet_batches", "parquet_rows"):
+        for name in PARQUET:
             result[name] = {"skipped": reason}
-        names = [name for name in names if not name.startswith("parquet")]
+        names = [name for name in names if name not in PARQUET]
     if "webdataset" in names and importlib.util.find_spec("PIL") is None:
         result["webdataset"] = {"skipped": "`import PIL` fails (pip install Pillow)"}
         names = [name for name in names if name != "webdataset"]
@@ -493,7 +566,7 @@ def formats(bench: Bench, names: Sequence[str] = WORKLOADS) -> dict[str, Any]:
         chosen = workloads(Path(folder), sizes, names)
         if not chosen:
             return result
-        targets = {n: stack.enter_context(cluster(n)) for n in (1, 2)}
+        targets = {n: stack.enter_context(cluster(n, apart=True)) for n in (1, 2)}
         ray_reason = ray_missing()
         data = None
         if ray_reason is None:
@@ -546,6 +619,20 @@ def _spread(stat: Stat, ratio: bool = False) -> str:
     return f"{number(low)}-{number(high)}"
 
 
+def _cpu(r: dict[str, Any], system: str) -> str:
+    cpu = r["systems"][system]["cpu_us"]
+    return f"{number(cpu)} µs ({_spread(cpu)})"
+
+
+def _ratio(value: float, rounds: Stat, target: float, most: bool = False) -> str:
+    """A ratio of medians, its per-round spread and whether it meets ``target``
+    (at least it, or at most it with ``most``)."""
+    from bench.report import mark
+
+    met = value <= target if most else value >= target
+    return f"{times(value)} ({_spread(rounds, ratio=True)}) {mark(met)}"
+
+
 def _rate(r: dict[str, Any], system: str) -> str:
     figures = r["systems"][system]
     text = f"{number(figures['rate'])} {r['unit']}/s ({_spread(figures['rate'])})"
@@ -556,7 +643,7 @@ def _rate(r: dict[str, Any], system: str) -> str:
 
 def details(result: dict[str, Any]) -> str:
     """The section's tables: every system per workload, then the targets."""
-    from bench.report import mark, markdown
+    from bench.report import markdown
 
     rows: list[tuple[str, ...]] = []
     targets: list[tuple[str, ...]] = []
@@ -565,55 +652,77 @@ def details(result: dict[str, Any]) -> str:
         if r is None:
             continue
         if "skipped" in r:
-            rows.append((name, "skipped: " + r["skipped"], *"———"))
+            rows.append((name, "skipped: " + r["skipped"], *"—————"))
             continue
         local = r["systems"].get("local")
         for system in SYSTEMS:
             label = r["labels"][system]
             if system not in r["systems"]:
                 reason = r["skipped_systems"].get(system, "not run")
-                rows.append((name, label, "skipped: " + reason, *"——"))
+                rows.append((name, label, "skipped: " + reason, *"————"))
                 continue
-            rate = r["systems"][system]["rate"]
-            vs = round_ratios(rate, local["rate"]) if local else None
+            figures = r["systems"][system]
+            vs = round_ratios(figures["rate"], local["rate"]) if local else None
+            cpu = round_ratios(figures["cpu_us"], local["cpu_us"]) if local else None
             rows.append(
                 (
                     name,
                     label,
                     _rate(r, system),
-                    times(rate / local["rate"]) if local else "—",
+                    times(figures["rate"] / local["rate"]) if local else "—",
                     f"{times(vs)} ({_spread(vs, ratio=True)})" if vs else "—",
+                    _cpu(r, system),
+                    f"{times(cpu)} ({_spread(cpu, ratio=True)})" if cpu else "—",
                 )
             )
-        one = r.get("one_vs_local")
-        two = r.get("two_vs_peer")
+        one, two = r.get("one_vs_local"), r.get("two_vs_peer")
+        cpu_one = r.get("one_cpu_vs_local") if name in CPU_TARGETED else None
         targets.append(
             (
                 f"{name}: {r['about']}",
                 (
-                    f"{times(one)} ({_spread(r['one_vs_local_rounds'], ratio=True)})"
-                    f" {mark(one >= TARGET_ONE_VS_LOCAL)}"
+                    _ratio(one, r["one_vs_local_rounds"], TARGET_ONE_VS_LOCAL)
                     if one is not None
+                    else "—"
+                ),
+                (
+                    _ratio(
+                        cpu_one,
+                        r["one_cpu_vs_local_rounds"],
+                        TARGET_CPU_VS_LOCAL,
+                        most=True,
+                    )
+                    if cpu_one is not None
                     else "—"
                 ),
                 r["labels"][r["best_peer"]] if "best_peer" in r else "—",
                 (
-                    f"{times(two)} ({_spread(r['two_vs_peer_rounds'], ratio=True)})"
-                    f" {mark(two >= TARGET_TWO_VS_PEER)}"
+                    _ratio(two, r["two_vs_peer_rounds"], TARGET_TWO_VS_PEER)
                     if two is not None
                     else "—"
                 ),
             )
         )
-    header = ("workload", "system", "median (min-max)", "vs local", "per round")
+    header = (
+        "workload",
+        "system",
+        "median (min-max)",
+        "vs local",
+        "per round",
+        "trainer CPU per element",
+        "CPU vs local, per round",
+    )
     about = (
         "All systems up at once, interleaved passes: medians of"
         f" {result['repeats']} rounds after a warm-up pass of each; 'per round' is"
-        " the median (min-max) of each round's ratio to the local process."
+        " the median (min-max) of each round's ratio to the local process. Trainer"
+        " CPU: this process's CPU time over a pass (every thread; the dispatcher"
+        " and the workers run in processes of their own) per element."
     )
     target_header = (
         "workload",
         f"1 worker / local (≥ {TARGET_ONE_VS_LOCAL:.1f}x)",
+        f"1 worker trainer CPU / local (≤ {TARGET_CPU_VS_LOCAL:.1f}x)",
         "best peer",
         f"2 workers / best peer (≥ {TARGET_TWO_VS_PEER:.1f}x)",
     )
@@ -623,7 +732,7 @@ def details(result: dict[str, Any]) -> str:
 
 
 def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
-    """The final table's rows: the two targets per workload."""
+    """The final table's rows: the targets per workload."""
     from bench.report import NONE, mark
 
     out = []
@@ -641,6 +750,19 @@ def rows(result: dict[str, Any]) -> list[tuple[str, ...]]:
                     NONE,
                     NONE,
                     f"≥ {TARGET_ONE_VS_LOCAL:.1f}x {mark(one >= TARGET_ONE_VS_LOCAL)}",
+                )
+            )
+        if "one_cpu_vs_local" in r and name in CPU_TARGETED:
+            cpu = r["one_cpu_vs_local"]
+            out.append(
+                (
+                    f"{name}: trainer CPU per row, zmqdata 1 worker vs local",
+                    f"{number(systems['zmqdata_1']['cpu_us'])} µs",
+                    f"{number(systems['local']['cpu_us'])} µs",
+                    times(cpu),
+                    NONE,
+                    NONE,
+                    f"≤ {TARGET_CPU_VS_LOCAL:.1f}x {mark(cpu <= TARGET_CPU_VS_LOCAL)}",
                 )
             )
         if "two_vs_peer" in r:

@@ -1,19 +1,22 @@
-"""bench/formats.py: tiny data, every local reader against zmqdata's, the
-interleaving, and the tables from made-up results.
+"""bench/formats.py: tiny data, every local reader against zmqdata's, one
+pass through a cluster with its dispatcher apart, the interleaving, and the
+tables from made-up results.
 
-No cluster and no Ray here (the bench section measures).
+No Ray here (the bench section measures).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import threading
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bench import formats
-from bench.common import Stat
+from bench.common import Stat, cluster
+from zmqdata import service
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,6 +25,7 @@ TINY = replace(
     parquet_files=2,
     parquet_rows=4096,
     row_group=2048,
+    token_rows=3000,
     shards=2,
     samples=5,
     image_side=32,
@@ -59,6 +63,36 @@ def test_parquet_readers_agree_with_zmqdata(tiny):
     row, local_row = next(iter(rows.dataset)), next(iter(rows.local()))
     assert row == local_row
     assert isinstance(row["text"], str)
+
+
+def test_token_rows_agree_with_zmqdata_and_cost_cpu(tiny):
+    workload = tiny["token_rows"]
+    assert (workload.elements, workload.rows) == (3000, 3000)
+    for read in (workload.local, lambda: workload.dataset):
+        figures = _drain(workload, read)
+        assert figures["rate"] > 0
+        assert figures["cpu_us"] > 0
+    ours, theirs = list(workload.dataset), list(workload.local())
+    assert [row["id"] for row in ours] == list(range(3000))
+    for a, b in zip(ours, theirs, strict=True):
+        assert sorted(a) == sorted(b) == ["id", "score", "source", "tokens"]
+        assert (a["id"], a["score"], a["source"]) == (b["id"], b["score"], b["source"])
+        assert (a["score"].dtype, a["source"].dtype) == (np.float32, np.int16)
+        assert a["tokens"].dtype == b["tokens"].dtype == np.int32
+        np.testing.assert_array_equal(a["tokens"], b["tokens"])
+    lengths = {len(row["tokens"]) for row in theirs}
+    assert formats.TOKENS[0] == min(lengths) < max(lengths) == formats.TOKENS[1]
+
+
+def test_a_pass_through_workers_costs_this_process_no_dispatcher_cpu(tiny):
+    workload = tiny["token_rows"]
+    with cluster(1, apart=True) as target:
+        names = {thread.name for thread in threading.enumerate()}
+        assert not any("dispatcher" in name for name in names)
+        remote = workload.dataset.apply(service.distribute("distributed_epoch", target))
+        figures = _drain(workload, lambda: remote)
+    assert figures["rate"] > 0
+    assert figures["cpu_us"] > 0
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")  # the webdataset package
@@ -113,7 +147,11 @@ def test_interleaved_rounds_reverse_and_an_optional_system_is_skipped():
 
 
 def _figures(*rates: float) -> dict[str, Stat]:
-    return {"rate": Stat(rates), "rows_s": Stat(r * 1024 for r in rates)}
+    return {
+        "rate": Stat(rates),
+        "rows_s": Stat(r * 1024 for r in rates),
+        "cpu_us": Stat(1e6 / r for r in rates),
+    }
 
 
 def test_the_tables_give_targets_against_local_and_the_best_peer():
@@ -157,22 +195,36 @@ def test_the_tables_give_targets_against_local_and_the_best_peer():
         "skipped_systems": {"ray": "`import ray` fails"},
     }
     webdataset.update(formats.compared(webdataset["systems"]))
+    tokens = {**made_up, "about": "made-up tokens", "unit": "rows", "batched": False}
     result = {
         "repeats": 2,
         "parquet_batches": made_up,
         "parquet_rows": {"skipped": "no pyarrow"},
+        "token_rows": tokens,
         "webdataset": webdataset,
     }
     text = formats.details(result)
     assert "| parquet_batches | pyarrow, one process | 1,050 batches/s" in text
     assert "(1,000-1,100); 1,075,200 rows/s | 1.00x |" in text
+    assert "| 1.05x (0.91x-1.20x) | 917 µs (833-1,000) | 0.97x (0.83x-1.10x) |" in text
     assert "| parquet_rows | skipped: no pyarrow |" in text
     assert (
         "| webdataset | Ray Data, ray.init(num_cpus=2) | skipped: `import ray`" in text
     )
-    assert "| parquet_batches: made up | 1.05x (0.91x-1.20x) ✔ | Ray Data" in text
+    assert "| parquet_batches: made up | 1.05x (0.91x-1.20x) ✔ | — | Ray Data" in text
+    assert "| token_rows: made-up tokens | 1.05x (0.91x-1.20x) ✔ | 0.96x" in text
+    assert "| 0.96x (0.83x-1.10x) ✔ | Ray Data" in text
     assert "| 0.91x (0.88x-0.94x) ✘ |" in text
     table = formats.rows(result)
-    assert [row[3] for row in table] == ["1.05x", "0.91x", "1.05x", "1.38x"]
-    assert [row[-1][-1] for row in table] == ["✔", "✘", "✔", "✔"]
-    assert "best peer, pyarrow, one process" in table[3][0]
+    assert [row[3] for row in table] == [
+        *("1.05x", "0.91x"),
+        *("1.05x", "0.96x", "0.91x"),
+        *("1.05x", "1.38x"),
+    ]
+    assert [row[-1][-1] for row in table] == [*"✔✘", *"✔✔✘", *"✔✔"]
+    assert table[3][:3] == (
+        "token_rows: trainer CPU per row, zmqdata 1 worker vs local",
+        "917 µs",
+        "955 µs",
+    )
+    assert "best peer, pyarrow, one process" in table[6][0]
