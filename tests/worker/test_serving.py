@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from zmqdata._dataset.block import Block
 from zmqdata._wire import messages as m
-from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
+from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer, count
 from zmqdata._worker.cache import SlidingWindowCache
 from zmqdata._worker.serving import Refuse, Send, answer
 
@@ -83,3 +86,25 @@ def test_a_tracked_reply_says_what_its_elements_cover_and_the_end_what_was_dropp
     untracked = answer(request, buffer)
     assert isinstance(untracked, Send)
     assert untracked.coverage is None
+
+
+def test_a_block_is_cut_at_the_credit_and_its_keys_with_it() -> None:
+    buffer = TaskBuffer(max_items=100, max_bytes=2**20, tracked=True)
+    buffer.handed(100, 110)
+    block = Block.of(0, [np.arange(10)])
+    buffer.put(block, 80, lineage=(100, 110))
+    assert buffer.buffered() == (10, 80)
+    first = answer(_request(3), buffer, tracked=True)
+    assert isinstance(first, Send)
+    assert first.coverage is not None
+    assert [item.rows() for item in first.items] == [[0, 1, 2]]  # type: ignore[union-attr]
+    assert (first.coverage.keys, first.coverage.widths) == ([100, 103], [3, 1])
+    assert buffer.buffered() == (7, 56)
+    buffer.put(Raw(np.int64(10)), 8, lineage=(110, 111))
+    rest = answer(_request(100), buffer, tracked=True)
+    assert isinstance(rest, Send)
+    assert rest.coverage is not None
+    assert count(rest.items) == 8
+    assert (rest.coverage.keys, rest.coverage.widths) == ([103, 111], [8, 1])
+    buffer.finish(None)
+    assert buffer.dropped == ()

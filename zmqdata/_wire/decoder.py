@@ -292,6 +292,11 @@ class _Decoder:
             return columns[0]
         if spec[0] == "T" and columns and all(map(_is_leaf, spec[1])):
             return list(zip(*columns, strict=True))
+        if spec[0] == "D" and columns and all(map(_is_leaf, spec[2])):  # table rows
+            keys = spec[1]
+            return [
+                dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)
+            ]
         rows = zip(*columns, strict=True) if columns else itertools.repeat((), n)
         return [build(iter(row)) for row in rows]
 
@@ -346,26 +351,37 @@ class _Decoder:
             return _values(spec[1], spec[2], n)
         if tag == "o":
             return [self._ragged(spec, n)]
+        if tag == "g":
+            _expect_len(spec, 4)
+            return self._pieces(spec[1], spec[2], spec[3], n)
         raise InvalidArgumentError(f"unknown SPEC tag {tag!r}")
 
     def _ragged(self, spec: list[Any], n: int) -> np.ndarray[Any, Any]:
         """An ``"o"`` leaf's object array of 1-D arrays (views of one buffer)."""
         _expect_len(spec, 5)
-        dtype, count = _dtype(spec[1], ARRAY_KINDS), spec[2]
+        count = spec[2]
         if n != 1 or type(count) is not int or not 0 < count <= self._objects:
             raise InvalidArgumentError(
                 f"bad ragged leaf of {short(count)} arrays in a column of {n}"
             )
         self._objects -= count
-        lengths = self._array(spec[4], np.dtype("<i8"), count, writable=False)
+        pieces = self._pieces(spec[1], spec[3], spec[4], count)
+        result = np.empty(count, dtype=object)
+        for index, piece in enumerate(pieces):
+            result[index] = piece
+        return result
+
+    def _pieces(
+        self, dtype_text: object, values: object, lengths_ref: object, count: int
+    ) -> list[np.ndarray[Any, Any]]:
+        """``count`` 1-D arrays: ``values`` cut at ``lengths`` (views of one buffer)."""
+        dtype = _dtype(dtype_text, ARRAY_KINDS)
+        lengths = self._array(lengths_ref, np.dtype("<i8"), count, writable=False)
         if lengths.min() < 0:
             raise InvalidArgumentError(f"bad ragged lengths {short(lengths.tolist())}")
         ends = list(itertools.accumulate(lengths.tolist()))  # Python ints: no overflow
-        flat = self._array(spec[3], dtype, ends[-1], writable=True)
-        result = np.empty(count, dtype=object)
-        for index, (lo, hi) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
-            result[index] = flat[lo:hi]
-        return result
+        flat = self._array(values, dtype, ends[-1], writable=True)
+        return [flat[lo:hi] for lo, hi in zip([0, *ends[:-1]], ends, strict=True)]
 
     def _array(
         self, ref: object, dtype: np.dtype[Any], count: int, *, writable: bool

@@ -96,7 +96,9 @@ class Encoder:
         sig = _signatures([first])[0][0]
         if not _columnar(sig, n):
             return None
-        return {"c": self._columns(sig, iter(columns), n)}
+        leaves = iter(columns)
+        ragged = [_is_ragged(column) for column in columns]
+        return {"c": self._columns(_with_ragged(sig, iter(ragged)), leaves, n)}
 
     def _columns(self, sig: Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
         """The columnar SPEC of ``n`` elements of ``sig``.
@@ -129,13 +131,19 @@ class Encoder:
             return ["s", dtype.str, self._place(np.array(values, dtype=dtype))]
         if sig[0] == "o":  # rows only: n == 1
             items = values[0]
-            lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items))
-            flat = np.concatenate(items, dtype=dtype)  # keeps the byte order
-            self._claim(flat.nbytes + lengths.nbytes)
-            return ["o", dtype.str, len(items), self._place(flat), self._place(lengths)]
+            return ["o", dtype.str, len(items), *self._pieces(items, dtype)]
+        if sig[0] == "g":  # a block's column of 1-D arrays of any lengths
+            return ["g", dtype.str, *self._pieces(values, dtype)]
         self._claim(n * math.prod(sig[2]) * dtype.itemsize)
         column = values[0] if n == 1 else np.array(values, dtype=dtype)
         return ["a", dtype.str, list(sig[2]), self._place(column)]
+
+    def _pieces(self, items: Sequence[Any], dtype: np.dtype[Any]) -> list[bytes | int]:
+        """1-D arrays as two REFs: their values end to end, and their lengths."""
+        lengths = np.fromiter(map(len, items), dtype="<i8", count=len(items))
+        flat = np.concatenate(items, dtype=dtype)  # keeps the byte order
+        self._claim(flat.nbytes + lengths.nbytes)
+        return [self._place(flat), self._place(lengths)]
 
     def _values(self, kind: type, values: Sequence[Any], n: int) -> list[Any]:
         """A ``"p"`` leaf (a typed array) if worth it, else a ``"v"`` one."""
@@ -368,3 +376,18 @@ def _leaf_signatures(sig: Sig) -> Iterator[Sig]:
             yield from _leaf_signatures(child)
     else:
         yield sig
+
+
+def _is_ragged(column: Any) -> bool:
+    """Whether a block's column holds 1-D arrays as an object array (lengths vary)."""
+    return isinstance(column, np.ndarray) and column.dtype.kind == "O"
+
+
+def _with_ragged(sig: Sig, ragged: Iterator[bool]) -> Sig:
+    """``sig`` with its array leaves whose column is ragged as ``("g", dtype)``."""
+    if isinstance(sig, tuple) and sig[0] in CONTAINERS:
+        children = tuple(_with_ragged(child, ragged) for child in sig[-1])
+        return (*sig[:-1], children)
+    if next(ragged) and isinstance(sig, tuple) and sig[0] == "a" and len(sig[2]) == 1:
+        return ("g", sig[1])
+    return sig

@@ -49,6 +49,9 @@ values found at that place in the structure::
                                      count arrays' values end to end, then
                                      their count lengths as <i8; decoded as
                                      views of the values
+    ["g", dtype, REF, REF]           k 1-D arrays of any lengths (a block's
+                                     column, ``encode_block``): their values
+                                     end to end, then their k lengths as <i8
 
 ``dtype`` is numpy's ``dtype.str`` (``"<f4"``, ``">i4"``, ``"|b1"``,
 ``"<U5"``, ``"<M8[ns]"``). A REF is either a msgpack ``bin`` holding the C-order

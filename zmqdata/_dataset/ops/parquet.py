@@ -319,10 +319,10 @@ class Parquet(RecordSource):
     ) -> Iterator[Block] | None:
         """Rows of scalar columns only, as the blocks of rows they are read in."""
         spec = node.args["spec"]
-        scalars = spec is not None and all(
-            isinstance(leaf, list) and not leaf[1] for leaf in spec.values()
+        flat = spec is not None and all(
+            isinstance(leaf, list) and len(leaf[1]) <= 1 for leaf in spec.values()
         )
-        if node.args["batch_rows"] is not None or not scalars:
+        if node.args["batch_rows"] is not None or not flat:  # no structs, 2-D lists
             return None
         return _read(path, first, node.args["columns"], None, as_blocks=True)
 
@@ -461,11 +461,17 @@ class _Read:
             self.row += 1
 
     def _convert(self, batch: Any) -> list[Any]:
-        """The columns of ``batch`` as numpy values; errors name the element and row."""
+        """The columns of ``batch`` as numpy values; errors name the element and row.
+
+        As blocks, a list column is read as a batch's (a 2-D or object array).
+        """
+        pa = self.pa
         try:
             return [
-                _column(self.pa, name, batch.column(i), self.batched)
-                for i, name in enumerate(self.names)
+                _column(pa, name, column, self.batched)
+                if not (self.as_blocks and _is_list(pa, column.type))
+                else _list_values(pa, name, column, batched=True)
+                for name, column in zip(self.names, batch.columns, strict=True)
             ]
         except _NullError as null:
             self.row += null.row

@@ -1,0 +1,67 @@
+"""Blocks through the service: what a source reads in bulk travels as blocks, same elements.
+
+Parquet rows (text, equal and ragged lists), ``from_tensor_slices`` and
+``range`` through first-come reads, exactly once or not, with credit smaller
+than a block (it is cut) and across a save.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zmqdata as zd
+from tests.dataset.checks import assert_bit_equal, ints
+from tests.dataset.test_parquet import SIZES, files, table, write  # noqa: F401 (fixture)
+from zmqdata import service
+
+
+def by_id(elements):
+    return sorted(elements, key=lambda e: int(e["i"]))
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_parquet_rows_read_through_two_workers_are_the_local_rows(
+    cluster,
+    files,  # noqa: F811
+    exactly_once,
+):
+    c = cluster(num_workers=2)
+    ds = zd.Dataset.from_parquet(files)
+    remote = ds.apply(
+        service.distribute("distributed_epoch", c.target, exactly_once=exactly_once)
+    )
+    assert_bit_equal(by_id(list(remote)), list(ds))
+
+
+@pytest.mark.parametrize("credit", [1, 3])
+def test_blocks_are_cut_to_the_credit_and_keep_their_order(cluster, credit):
+    c = cluster(num_workers=1)
+    tensors = {"x": np.arange(3_000).reshape(1_000, 3), "y": np.arange(1_000) * 0.5}
+    ds = zd.Dataset.from_tensor_slices(tensors)
+    remote = ds.apply(
+        service.distribute(
+            "distributed_epoch", c.target, max_outstanding_requests=credit
+        )
+    )
+    assert_bit_equal(list(remote), list(ds))
+
+
+def test_a_save_inside_a_block_resumes_after_its_last_element(cluster):
+    c = cluster(num_workers=1)
+    ds = zd.Dataset.range(5_000).apply(
+        service.distribute("distributed_epoch", c.target)
+    )
+    with iter(ds) as first:
+        before = ints([next(first) for _ in range(1_234)])
+        state = first.save()
+    with iter(ds) as second:
+        second.restore(state)
+        after = ints(list(second))
+    assert before + after == list(range(5_000))
+
+
+def test_parallel_epochs_send_blocks_to_every_reader(cluster):
+    c = cluster(num_workers=2)
+    ds = zd.Dataset.range(3_000).apply(service.distribute("parallel_epochs", c.target))
+    assert sorted(ints(ds)) == sorted(list(range(3_000)) * 2)
