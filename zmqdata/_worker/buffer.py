@@ -93,7 +93,7 @@ Item = Raw | Encoded | Block
 
 
 class TaskBuffer:
-    """A thread-safe queue bounded by item count and bytes, with an end state."""
+    """A thread-safe queue bounded by its elements (a block holds several) and bytes, with an end state."""
 
     def __init__(
         self,
@@ -133,15 +133,16 @@ class TaskBuffer:
 
         Raises ``Cancelled`` if ``stop`` is set while it waits.
         """
+        count = item.n if type(item) is Block else 1
         with self._cond:
             while self._items and (
-                len(self._items) >= self._max_items
+                self._elements + count > self._max_items
                 or self._bytes + nbytes > self._limit
             ):
                 wait_for_room(self._cond, stop)
             was_empty = not self._items
             self._items.append((item, nbytes, lineage, marks))
-            self._elements += item.n if type(item) is Block else 1
+            self._elements += count
             self._bytes += nbytes
             return was_empty
 
