@@ -31,11 +31,12 @@ from zmqdata._worker.splitbatch import SplitBatch
 from zmqdata.errors import UnavailableError, ZmqDataError, from_code
 
 EMPTY_BACKOFF_MAX_S = 0.5
-AT_MOST_ONCE_BATCH = 2
+AT_MOST_ONCE_BATCH = 8
 """The most splits an at-most-once task asks for at once: what a worker that
-dies loses is what it holds (docs/modes.md), so it holds the split in
-progress, one more and the two asked for ahead, not batches sized for round
-trips."""
+dies loses is what it holds (docs/reliability.md), so it holds the split in
+progress and at most 12 more (4 left when it asks ahead for 8), not batches
+sized for round trips; 8 keep a worker of one-file splits (images) busy
+through a split request's round trip (2 starved it)."""
 ASK_AGAIN_MAX_S = 0.05
 """A split reply with nothing and no end (keys of a lost task wait for their
 fence; a resumed read's splits already done were passed over) is asked again
@@ -189,9 +190,9 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         Asks with half of the last answer's splits left, and never waits for
         the answer here. Not for dealt tasks (their requests report what the
         splits before made). An at-most-once task (``handed`` None) asks for
-        ``AT_MOST_ONCE_BATCH`` at most, so it holds at most three splits
+        ``AT_MOST_ONCE_BATCH`` at most, so it holds at most 12 splits
         beyond the one in progress, which its worker's death loses
-        (docs/modes.md).
+        (docs/reliability.md).
         """
         if self._pending is not None:
             self._take_ahead(self._pending)
