@@ -203,7 +203,7 @@ class Reader:
 
     def consume(self, n: int) -> None:
         """The trainer takes ``n`` elements."""
-        self.counters.consumed += n
+        self.counters.taken += n
 
     def advance(self, seconds: float) -> None:
         """Moves the clock on and ticks."""

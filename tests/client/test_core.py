@@ -72,7 +72,7 @@ def test_credit_is_granted_and_returned() -> None:
     read_core.handle(data(second.request, [20]), 0.0)
     assert read_core.handle(i.Drained(), 0.0) == []  # 3 buffered, 1 in flight
     assert counters.starved  # task 2 waits on the trainer
-    counters.consumed = 3  # the trainer took them: their credit comes back
+    counters.taken = 3  # the trainer took them: their credit comes back
     assert requests(read_core.handle(i.Drained(), 0.0)) == [("tcp://w:2", 2, 3)]
 
 

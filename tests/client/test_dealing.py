@@ -321,7 +321,7 @@ class Sim:
     def consume(self, r: int) -> None:
         """Rank ``r``'s trainer takes some of what it was handed."""
         counters = self.ranks[r].core.counters
-        counters.consumed += self.rng.randint(0, counters.received - counters.consumed)
+        counters.taken += self.rng.randint(0, counters.received - counters.consumed)
         self.ranks[r].core.request_more(self.now)
         self._collect(self.ranks[r])
 

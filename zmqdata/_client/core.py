@@ -16,7 +16,7 @@ Tests drive it with a fake clock (``tests/client``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -125,16 +125,28 @@ class Task:
 
 @dataclass
 class Counters:
-    """Single-writer counters: the fetcher writes ``received``, the trainer ``consumed``."""
+    """Single-writer counters: the fetcher writes ``received``, the trainer ``taken``."""
 
     received: int = 0
     received_bytes: int = 0
-    consumed: int = 0
+    taken: int = 0
+    """Elements the trainer took off the queue (a batch at a time)."""
+    held: Sized = ()
+    """The trainer's batch being handed out (its ``deque``: the trainer pops it)."""
     consumed_bytes: int = 0
     starved: bool = False
     waited_s: float = 0.0
     """Seconds the trainer waited with nothing buffered (written by the trainer)."""
     sizes: deque[int] = field(default_factory=lambda: deque(maxlen=64))
+
+    @property
+    def consumed(self) -> int:
+        """Elements handed to the trainer's code: those taken, less the batch's rest.
+
+        No count per element: read from the fetcher between the trainer's
+        steps, it may lag a batch behind (less credit, never more).
+        """
+        return self.taken - len(self.held)
 
     def average_size(self) -> int | None:
         """Decoded bytes per element over the last replies (None before any)."""

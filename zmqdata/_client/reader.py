@@ -423,8 +423,8 @@ class DistributedIterator(DatasetIterator):
         # A SimpleQueue: Ctrl-C in a ``queue.Queue`` wait can leave its lock
         # taken (or released under the fetcher), and the next put hang.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._counters = Counters()
         self._local: deque[Any] = deque()
+        self._counters = Counters(held=self._local)
         self._local_bytes = 0
         self._returned_ns = 0
         """A trace window: when ``next()`` last returned (a "step" starts)."""
@@ -441,7 +441,8 @@ class DistributedIterator(DatasetIterator):
             raise
 
     def __next__(self) -> Any:
-        self._start_pending(None)
+        if self._pending is not None:
+            self._start_pending(None)
         log = self._fetcher.tracer.log  # a trace window: waits and steps are spans
         if log is None:
             self._returned_ns = 0
@@ -457,17 +458,17 @@ class DistributedIterator(DatasetIterator):
         return element
 
     def _next(self) -> Any:
-        if not self._local:  # per batch, not per element
+        local, counters = self._local, self._counters
+        if not local:  # per batch, not per element
             self._refill()
-        element = self._local.popleft()
+        element = local.popleft()
         if self._dealt is not None:
             self._dealt.consumed_one()
-        self._counters.consumed += 1
-        if not self._local:  # a batch's bytes count as buffered until handed out
-            self._counters.consumed_bytes += self._local_bytes
+        if not local:  # a batch's bytes count as buffered until handed out
+            counters.consumed_bytes += self._local_bytes
             self._local_bytes = 0
-        if self._counters.starved:
-            self._counters.starved = False
+        if counters.starved:
+            counters.starved = False
             self._fetcher.waker.wake(0)
         return element
 
@@ -505,7 +506,8 @@ class DistributedIterator(DatasetIterator):
             self.close()
             raise item.error
         batch: Batch = item
-        self._local.extend(batch.elements)
+        self._local.extend(batch.elements)  # then counted: credit lags, never leads
+        self._counters.taken += len(batch.elements)
         self._local_bytes = batch.nbytes
         if batch.keys:
             self._position.took(batch.keys, batch.widths)

@@ -292,11 +292,8 @@ class _Decoder:
             return columns[0]
         if spec[0] == "T" and columns and all(map(_is_leaf, spec[1])):
             return list(zip(*columns, strict=True))
-        if spec[0] == "D" and columns and all(map(_is_leaf, spec[2])):  # table rows
-            keys = spec[1]
-            return [
-                dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)
-            ]
+        if spec[0] == "D" and columns and all(map(_is_leaf, spec[2])):
+            return _table_rows(spec[1], columns, n)
         rows = zip(*columns, strict=True) if columns else itertools.repeat((), n)
         return [build(iter(row)) for row in rows]
 
@@ -418,6 +415,19 @@ def _builder(spec: list[Any], children: list[_Builder]) -> _Builder:
     return lambda leaves: {key: child(leaves) for key, child in pairs}
 
 
+def _table_rows(keys: list[str], columns: list[list[Any]], n: int) -> list[Any]:
+    """Dicts of leaves, one per element: filled a column at a time (the fastest way).
+
+    >>> _table_rows(["a", "b"], [[1, 2], ["x", "y"]], 2)
+    [{'a': 1, 'b': 'x'}, {'a': 2, 'b': 'y'}]
+    """
+    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key, column in zip(keys, columns, strict=True):
+        for row, value in zip(rows, column, strict=True):
+            row[key] = value
+    return rows
+
+
 def _is_leaf(spec: list[Any]) -> bool:
     """Whether a validated SPEC node is a leaf."""
     return spec[0] not in CONTAINERS
@@ -430,7 +440,7 @@ def _values(name: object, values: object, n: int) -> list[Any]:
     if type(values) is not list or len(values) != n:
         raise InvalidArgumentError(f"value column of {name} must list {n} values")
     kind, convert = WIRE_VALUES[name]
-    if not all(type(value) is kind for value in values):
+    if values and set(map(type, values)) != {kind}:  # C loops, not a generator
         raise InvalidArgumentError(f"value column of {name} holds other types")
     return values if convert is None else [convert(value) for value in values]
 
