@@ -204,7 +204,7 @@ def test_an_unsendable_request_is_retried_later() -> None:
 
 @pytest.mark.parametrize(
     ("job_name", "trainer_id", "credit_"),
-    [(None, None, 1024), ("shared", None, 128), ("shared", "t", 1024)],
+    [(None, None, 8192), ("shared", None, 128), ("shared", "t", 8192)],
 )
 def test_default_credit(
     job_name: str | None, trainer_id: str | None, credit_: int

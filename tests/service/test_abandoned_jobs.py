@@ -17,14 +17,22 @@ import zmqdata as zd
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from tests.service.test_multirank import dealt, key, rank_dataset, reference
-from zmqdata._worker.task import BUFFER_ITEMS
 
 pytestmark = pytest.mark.timeout(60)
 
 GC = {"job_gc_check_interval_ms": 50, "job_gc_timeout_ms": 300}
+BUFFER_ITEMS = 1_024
+"""The workers' ``BUFFER_ITEMS`` here (``small_buffers``): a few of them make the data."""
 SIZE = 6_000
 DATA = zd.Dataset.range(SIZE)
 """Small elements: a worker's buffer is bounded by its ``BUFFER_ITEMS``."""
+
+
+@pytest.fixture(autouse=True)
+def small_buffers(monkeypatch):
+    monkeypatch.setattr("zmqdata._worker.task.BUFFER_ITEMS", BUFFER_ITEMS)
+
+
 SEED = 3
 
 

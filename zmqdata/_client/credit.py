@@ -25,7 +25,11 @@ from zmqdata._client.options import ReadOptions
 from zmqdata._client.refusals import refused
 from zmqdata._wire import messages as m
 
-DEFAULT_MAX_OUTSTANDING = 1024
+DEFAULT_MAX_OUTSTANDING = 8192
+"""A first-come reader's credit without ``max_outstanding_requests``: deep enough
+that small elements (blocks of a few hundred) stay in flight while the trainer
+works through one reply (1,024 kept W1 at half the rate); the byte cap bounds
+large ones."""
 DEFAULT_MAX_BUFFERED_BYTES = 256 * 2**20
 SHARED_MAX_OUTSTANDING = 128
 """Default credit of a consumer of a named job, which others may read too: one

@@ -50,7 +50,8 @@ from zmqdata.errors import ZmqDataError, to_code
 logger = logging.getLogger("zmqdata.worker")
 
 INLINE_BYTES = 64 * 1024
-BUFFER_ITEMS = 1024
+BUFFER_ITEMS = 8192
+"""The most elements a task buffers (a block counts its elements; bytes bound it too)."""
 BUFFER_BYTES = 64 * 2**20
 BLOCK_ELEMENTS = 1024
 """The most elements one block holds (a DYNAMIC split holds fewer)."""
