@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from zmqdata._wire import messages as m
+from zmqdata._wire.modes import ReadMode
 from zmqdata._wire.tasks import TaskDef, TaskInfo
 from zmqdata.errors import InvalidArgumentError
 
@@ -147,3 +148,35 @@ def test_a_task_info_without_its_address_names_it() -> None:
 def test_not_a_map_is_refused(data: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="task info: expected a map"):
         TaskInfo.from_wire(data)
+
+
+@pytest.mark.parametrize(
+    ("fields", "mode"),
+    [
+        ({}, ReadMode.CACHE),  # TASK_DEF reads through the cross-trainer cache
+        ({"cross_trainer_cache": False}, ReadMode.FIRST_COME),
+        ({"cross_trainer_cache": False, "num_consumers": 2}, ReadMode.ROUNDS),
+        ({"cross_trainer_cache": False, "num_consumers": 2, "dealt": True}, "dealt"),
+        ({"mode": "rounds", "num_consumers": 2}, ReadMode.ROUNDS),
+    ],
+)
+def test_the_read_mode_is_the_dispatchers_else_the_old_fields_say_it(
+    fields: dict[str, Any], mode: str
+) -> None:
+    task = TaskDef.from_wire({**TASK_DEF.to_wire(), **fields})
+    assert task.read_mode == mode
+    assert TaskDef.from_wire(task.to_wire()) == task
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"mode": "later"}, "task definition mode: unknown 'later'"),
+        ({"mode": "rounds"}, "task definition mode: rounds without num_consumers"),
+    ],
+)
+def test_a_task_def_with_a_mode_it_cannot_read_is_refused(
+    fields: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=expected):
+        TaskDef.from_wire({**TASK_DEF.to_wire(), **fields})

@@ -30,7 +30,7 @@ from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher import events as ev
 from zmqdata._wire import deal, outputs
 from zmqdata._wire import messages as m
-from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata._wire.modes import STATIC, ShardingPolicy, is_tracked
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 EXACTLY_ONCE_READ = (
@@ -285,7 +285,7 @@ def check_job(
     else:
         if msg.num_consumers is not None:
             _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
-        if dynamic and msg.exactly_once and not msg.cross_trainer_cache:
+        if is_tracked(msg.exactly_once, msg.processing_mode, msg.cross_trainer_cache):
             _check_split_runs(dataset)
     if msg.cross_trainer_cache:
         _check_cross_trainer_cache(msg, dataset)

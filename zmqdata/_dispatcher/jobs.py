@@ -18,7 +18,7 @@ from zmqdata._dispatcher import checks, dealing, model, placement, tasking
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
-from zmqdata._wire.modes import ShardingPolicy
+from zmqdata._wire.modes import is_tracked
 from zmqdata.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
@@ -117,10 +117,7 @@ def _create_or_find_job(
 ) -> int:
     """The job ``msg`` names (a named job with its parameters), else a new one."""
     records = state.records
-    dynamic = msg.processing_mode == ShardingPolicy.DYNAMIC
-    # A cross-trainer cache serves each element to every trainer and drops
-    # it when its window slides: there is no "once" to track (tf.data's).
-    tracked = msg.exactly_once and dynamic and not msg.cross_trainer_cache
+    tracked = is_tracked(msg.exactly_once, msg.processing_mode, msg.cross_trainer_cache)
     dealt = dealing.is_dealt(
         msg.processing_mode, msg.num_consumers, dataset.cardinality
     )

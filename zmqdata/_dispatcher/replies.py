@@ -13,7 +13,7 @@ from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
-from zmqdata._wire.modes import STATIC
+from zmqdata._wire.modes import STATIC, read_mode
 from zmqdata._wire.tasks import SaveDef, TaskDef, TaskInfo
 
 
@@ -47,6 +47,7 @@ def task_def(
         exactly_once=job.exactly_once,
         dealt=job.dealt,
         split_outputs=job.split_outputs,
+        mode=read_mode(job.dealt, job.cross_trainer_cache, job.num_consumers),
     )
 
 

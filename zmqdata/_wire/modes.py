@@ -51,3 +51,45 @@ _DISPLAY = {
 
 STATIC = frozenset(policy for policy in ShardingPolicy if policy.is_static)
 """FILE, DATA, FILE_OR_DATA, HINT (as ints they compare equal to the wire values)."""
+
+
+class ReadMode(enum.StrEnum):
+    """How a task's output is read: one worker output (``_worker/outputs.py``) each.
+
+    ``FIRST_COME``: each element goes to the first request. ``ROUNDS``:
+    coordinated reads, one element per consumer and round. ``DEALT``:
+    multi-rank reads, by split and index (``deal.py``). ``CACHE``: the
+    cross-trainer cache, each trainer at its own position.
+    """
+
+    FIRST_COME = "first_come"
+    ROUNDS = "rounds"
+    DEALT = "dealt"
+    CACHE = "cache"
+
+
+def read_mode(
+    dealt: bool, cross_trainer_cache: bool, num_consumers: int | None
+) -> ReadMode:
+    """A job's read mode, from its options (the dispatcher decides it once).
+
+    >>> read_mode(False, False, 2), read_mode(True, False, 2)
+    (<ReadMode.ROUNDS: 'rounds'>, <ReadMode.DEALT: 'dealt'>)
+    """
+    if dealt:
+        return ReadMode.DEALT
+    if cross_trainer_cache:
+        return ReadMode.CACHE
+    return ReadMode.FIRST_COME if num_consumers is None else ReadMode.ROUNDS
+
+
+def is_tracked(
+    exactly_once: bool, processing_mode: int, cross_trainer_cache: bool
+) -> bool:
+    """Whether a read is exactly once: asked for, DYNAMIC, and not cached.
+
+    A cross-trainer cache serves each element to every trainer and drops it
+    when its window slides: there is no "once" to track (tf.data's).
+    """
+    dynamic = processing_mode == ShardingPolicy.DYNAMIC
+    return exactly_once and dynamic and not cross_trainer_cache

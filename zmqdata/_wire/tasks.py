@@ -22,9 +22,11 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Self, TypeVar
 
+from zmqdata._wire.modes import ReadMode, read_mode
 from zmqdata.errors import InvalidArgumentError
 
 _Record = TypeVar("_Record")
+_MODES = frozenset(mode.value for mode in ReadMode)
 _Schema = tuple[tuple[str, tuple[type, ...], bool], ...]
 
 
@@ -67,12 +69,31 @@ expected bool, got int
     """Exactly once: run the pipeline split by split, keys number outputs (``outputs.py``)."""
     fingerprint: str = ""
     """The pipeline's ``graph.fingerprint`` (a dispatcher of protocol 5 sends none)."""
+    mode: str = ""
+    """Its ``ReadMode``, which the dispatcher decides (a dispatcher of protocol 5
+    sends none: ``read_mode`` derives it from the fields above)."""
+
+    def __post_init__(self) -> None:
+        if self.mode and self.mode not in _MODES:
+            raise InvalidArgumentError(f"task definition mode: unknown {self.mode!r}")
+        if self.read_mode is ReadMode.ROUNDS and self.num_consumers is None:
+            raise InvalidArgumentError(
+                "task definition mode: rounds without num_consumers"
+            )
+
+    @property
+    def read_mode(self) -> ReadMode:
+        """How the task's output is read: ``mode``, else what the old fields say."""
+        if self.mode:
+            return ReadMode(self.mode)
+        return read_mode(self.dealt, self.cross_trainer_cache, self.num_consumers)
 
     def to_wire(self) -> dict[str, Any]:
-        """The map a control message carries (without ``fingerprint`` when empty)."""
+        """The map a control message carries (without ``fingerprint``, ``mode`` when empty)."""
         wire = {f.name: getattr(self, f.name) for f in fields(self)}
-        if not self.fingerprint:
-            del wire["fingerprint"]
+        for name in ("fingerprint", "mode"):
+            if not wire[name]:
+                del wire[name]
         return wire
 
     @classmethod

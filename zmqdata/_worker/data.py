@@ -1,4 +1,4 @@
-"""The worker's data loop: a ROUTER serving ``GetElements`` from task buffers.
+"""The worker's data loop: a ROUTER serving ``GetElements`` from task outputs.
 
 A request asks for up to ``max_elements`` of one task (the consumer's free
 credit). It is answered at once with what the buffer holds (small elements
@@ -6,7 +6,9 @@ coalesced into one frames message, large ones as their pre-encoded frames), or
 parked until the producer adds something: a long poll, so a consumer never
 polls blindly and the first element goes out as soon as it exists. A peer may
 park only a few requests per task, and parked requests are served round-robin
-across peers (``parked.py``). Each reply is encoded at the protocol version
+across peers (``parked.py``). What to send is the task's output's to decide
+(``outputs.py``, one per read mode); the loop keeps what is about sockets:
+parked requests, the rounds asked for, frames and replies. Each reply is encoded at the protocol version
 of its peer's requests (``versions.Spoken``).
 """
 
@@ -29,13 +31,14 @@ from zmqdata._runtime.spans import Tracer
 from zmqdata._runtime.waker import Waker
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
-from zmqdata._wire.lineage import Coverage
 from zmqdata._wire.versions import Spoken
-from zmqdata._worker import buffer, dealt, serving
+from zmqdata._worker import buffer
 from zmqdata._worker.buffer import Item, Raw
 from zmqdata._worker.linkrate import PeerLinks
+from zmqdata._worker.outputs import RoundsOutput
 from zmqdata._worker.parked import ParkedRequests
 from zmqdata._worker.rounds import RoundRequest, RoundRobin
+from zmqdata._worker.serving import Refuse
 from zmqdata._worker.shared import SharedServing
 from zmqdata._worker.task import TaskRunner
 from zmqdata.errors import ZmqDataError
@@ -43,10 +46,6 @@ from zmqdata.errors import ZmqDataError
 logger = logging.getLogger("zmqdata.worker")
 
 MAX_BATCH = 1000
-_ROUND_END = (
-    "encountered end of sequence on a coordinated read: coordinated reads need a "
-    "dataset with infinite cardinality (add .repeat())"
-)
 Request = tuple[zmq.Socket[Any], bytes, m.GetElements]
 
 
@@ -82,9 +81,9 @@ class Runners:
 class DataLoop(PollLoop):
     """The worker's data thread: its ROUTER sockets (endpoint + inproc).
 
-    Answers ``GetElements`` at once from a task's buffer, or parks the request
+    Answers ``GetElements`` at once from a task's output, or parks the request
     (a long poll, a few per peer) until the producer wakes the loop; what to
-    send is decided by the pure ``serving.answer``.
+    send is decided by the output's pure ``answer``.
     """
 
     def __init__(
@@ -101,7 +100,7 @@ class DataLoop(PollLoop):
         self._endpoint_args = (protocol, host, port)
         self._runners, self.waker = runners, waker
         self._parked: ParkedRequests[Request] = ParkedRequests()
-        self._rounds: dict[int, RoundRobin] = {}
+        self._rounds: dict[int, tuple[RoundRobin, RoundsOutput]] = {}
         self._bad_input = RateLimitedLog(logger)
         self._shared = SharedServing()
         self.endpoint = self.inproc_endpoint = ""
@@ -212,8 +211,8 @@ class DataLoop(PollLoop):
         """Serves now, unless first-come readers of the task are already waiting."""
         task_id = request[2].task_id
         runner = self._runners.get(task_id)
-        first_come = runner is None or (runner.cache is None and runner.dealt is None)
-        if first_come and self._parked.waiting(task_id):
+        in_turn = runner is None or not runner.output.any_order
+        if in_turn and self._parked.waiting(task_id):
             return False
         return self._serve(request)
 
@@ -235,12 +234,13 @@ class DataLoop(PollLoop):
         if runner is None:
             self._reply_absent(request)
             return
-        if runner.num_consumers is None or message.consumer_index is None:
+        output = runner.output
+        if not isinstance(output, RoundsOutput) or message.consumer_index is None:
             text = f"task {message.task_id} is not a coordinated-read task"
             self._reply_error(request, "INVALID_ARGUMENT", text)
             return
-        rounds = self._rounds.setdefault(
-            message.task_id, RoundRobin(runner.num_consumers)
+        rounds, _ = self._rounds.setdefault(
+            message.task_id, (RoundRobin(output.num_consumers), output)
         )
         wanted = RoundRequest(request, list(message.rounds))
         refused = rounds.add(wanted, message.consumer_index)
@@ -251,9 +251,10 @@ class DataLoop(PollLoop):
 
     def _release_rounds(self, task_id: int) -> None:
         """Sends every round all consumers asked for, while elements last."""
-        rounds, runner = self._rounds.get(task_id), self._runners.get(task_id)
-        if rounds is None:
+        entry, runner = self._rounds.get(task_id), self._runners.get(task_id)
+        if entry is None:
             return
+        rounds, output = entry
         if runner is None:
             self._rounds.pop(task_id)
             for waiting in rounds.pop_all():
@@ -261,34 +262,23 @@ class DataLoop(PollLoop):
                 self._reply_error(waiting.request, m.ABSENT, text)
             return
         for round_ in rounds.ready():
-            items = runner.buffer.take_exactly(rounds.num_consumers)
-            if not items:
-                if runner.buffer.ended:  # a partial round can never fill up
-                    self._fail_rounds(task_id, runner.buffer.error)
+            items = output.take_round()
+            if items is None:
+                return
+            if isinstance(items, Refuse):  # a partial round can never fill up
+                self._rounds.pop(task_id)
+                for waiting in rounds.pop_all():
+                    self._reply_error(waiting.request, items.code, items.text)
                 return
             for done in rounds.hand_out(round_, items):
-                self._send_items(
-                    done.request,
-                    done.elements(),
-                    eos=False,
-                    runner=runner,
-                    rounds=done.rounds,
-                )
-
-    def _fail_rounds(self, task_id: int, error: tuple[str, str] | None) -> None:
-        code, text = error or ("FAILED_PRECONDITION", _ROUND_END)
-        for waiting in self._rounds.pop(task_id).pop_all():
-            self._reply_error(waiting.request, code, text)
+                told = {"rounds": done.rounds}
+                self._send_items(done.request, done.elements(), False, runner, told)
 
     # ------------------------------------------------------------ first come, first served
 
     def _serve_parked(self, task_id: int) -> None:
         runner = self._runners.get(task_id)
-        # Trainers of the cross-trainer cache, and consumers of a dealt task,
-        # read at their own positions: any of their requests may be servable.
-        any_order = runner is not None and (
-            runner.cache is not None or runner.dealt is not None
-        )
+        any_order = runner is not None and runner.output.any_order
         self._parked.serve(task_id, self._serve, any_order=any_order)
 
     def _serve(self, request: Request) -> bool:
@@ -297,42 +287,12 @@ class DataLoop(PollLoop):
         if runner is None:
             self._reply_absent(request)
             return True
-        if request[2].split >= 0 or runner.dealt is not None:
-            return self._serve_dealt(request, runner)
-        output = runner.buffer if runner.cache is None else runner.cache
-        decision = serving.answer(request[2], output, runner.tracked)
-        if isinstance(decision, serving.Refuse):
+        decision = runner.output.answer(request[2])
+        if isinstance(decision, Refuse):
             self._reply_error(request, decision.code, decision.text)
         elif decision is not None:
-            self._send_items(
-                request,
-                decision.items,
-                decision.end_of_sequence,
-                runner=runner,
-                coverage=decision.coverage,
-            )
-        return decision is not None
-
-    def _serve_dealt(self, request: Request, runner: TaskRunner) -> bool:
-        """A multi-rank read's request for indices of one split (``dealt.py``)."""
-        if runner.dealt is None:
-            text = (
-                f"task {runner.task_id} is not a multi-rank task: ask without a split"
-            )
-            self._reply_error(request, "INVALID_ARGUMENT", text)
-            return True
-        decision = dealt.answer(request[2], runner.dealt)
-        if isinstance(decision, serving.Refuse):
-            self._reply_error(request, decision.code, decision.text)
-        elif decision is not None:
-            told = {
-                "split": decision.split,
-                "indices": decision.indices,
-                "produced": decision.produced,
-                "ended": decision.ended,
-                "counts": decision.counts,
-            }
-            self._send_items(request, decision.items, False, runner, dealt=told)
+            eos = decision.end_of_sequence
+            self._send_items(request, decision.items, eos, runner, decision.told())
         return decision is not None
 
     def _send_items(
@@ -341,10 +301,9 @@ class DataLoop(PollLoop):
         items: Sequence[Item],
         eos: bool,
         runner: TaskRunner,
-        rounds: list[int] | None = None,
-        coverage: Coverage | None = None,
-        dealt: dict[str, Any] | None = None,
+        told: dict[str, Any],
     ) -> None:
+        """Sends ``items`` with a header that says ``told`` too (``_header``)."""
         log = self.tracer.log  # a trace window: each reply is a "send" span
         start = time.perf_counter_ns()
         sock, peer, message = request
@@ -356,7 +315,7 @@ class DataLoop(PollLoop):
             )
             return
         count = buffer.count(items)
-        header = _header(message, count, eos, groups, rounds, coverage, dealt)
+        header = _header(message, count, eos, groups, told)
         parts = [peer, self._encode(peer, header)]
         nbytes = 0
         for group in groups:
@@ -430,20 +389,17 @@ def _header(
     count: int,
     eos: bool,
     groups: list[list[Any]],
-    rounds: list[int] | None,
-    coverage: Coverage | None,
-    dealt: dict[str, Any] | None,
+    told: dict[str, Any],
 ) -> m.Elements:
-    """The header of the reply to ``message``: what its ``groups`` of frames hold."""
+    """The header of the reply to ``message``: what its ``groups`` of frames hold.
+
+    ``told``: what the answer says besides (its rounds, coverage or split).
+    """
     return m.Elements(
         request_id=message.request_id,
         task_id=message.task_id,
         count=count,
         end_of_sequence=eos,
-        rounds=rounds or [],
         parts=[len(group) for group in groups],
-        lineage=[] if coverage is None else coverage.keys,
-        widths=[] if coverage is None else coverage.widths,
-        progress=[] if coverage is None else coverage.packed_progress(),
-        **(dealt or {}),
+        **told,
     )

@@ -5,9 +5,10 @@ element ``i`` of split ``ordinal`` is kept under ``(ordinal, i)`` until a
 consumer asks for exactly it (``GetElements.split`` and ``indices``): the
 consumer knows which tokens are its own, the worker only what it made.
 ``answer`` decides a request from the buffer alone (pure, like
-``serving.answer``); a request for elements not made yet is parked. Splits
+``serving.from_buffer``); a request for elements not made yet is parked. Splits
 the dispatcher released (every consumer is past them) are dropped.
 
+>>> from zmqdata._worker.buffer import Raw
 >>> buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
 >>> buffer.open(3, skip=0)  # True would mean: a parked request waits for it
 False
@@ -27,9 +28,10 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from zmqdata._wire import messages as m
-from zmqdata._worker.buffer import Encoded, Raw, wait_for_room
+from zmqdata._worker.buffer import Item, wait_for_room
 from zmqdata._worker.serving import Refuse
 
 COUNTS_TOLD = 64
@@ -39,7 +41,7 @@ COUNTS_TOLD = 64
 @dataclass
 class _Split:
     skip: int
-    items: dict[int, tuple[Raw | Encoded, int]] = field(default_factory=dict)
+    items: dict[int, tuple[Item, int]] = field(default_factory=dict)
     produced: int = 0
     ended: bool = False
     had: set[int] = field(default_factory=set)
@@ -47,7 +49,7 @@ class _Split:
     nbytes: int = 0
     """What ``items`` hold."""
 
-    def pop(self, index: int) -> tuple[Raw | Encoded, int] | None:
+    def pop(self, index: int) -> tuple[Item, int] | None:
         """Removes element ``index`` if kept: ``(item, nbytes)``."""
         entry = self.items.pop(index, None)
         if entry is not None:
@@ -59,12 +61,24 @@ class _Split:
 class DealtSend:
     """Send these items of ``split`` (possibly none, to tell its count)."""
 
-    items: list[Raw | Encoded]
+    items: list[Item]
     split: int
     indices: list[int]
     produced: int
     ended: bool
     counts: list[int]
+    end_of_sequence: ClassVar[bool] = False
+    """A dealt task's readers end by counts, never by an end of sequence."""
+
+    def told(self) -> dict[str, Any]:
+        """What the reply's header says besides its items (``Elements``)."""
+        return {
+            "split": self.split,
+            "indices": self.indices,
+            "produced": self.produced,
+            "ended": self.ended,
+            "counts": self.counts,
+        }
 
 
 class DealtBuffer:
@@ -104,7 +118,7 @@ class DealtBuffer:
         self,
         ordinal: int,
         index: int,
-        item: Raw | Encoded,
+        item: Item,
         nbytes: int,
         stop: threading.Event | None = None,
     ) -> bool:
@@ -232,7 +246,7 @@ class DealtBuffer:
 
     def take(
         self, ordinal: int, indices: list[int]
-    ) -> tuple[list[Raw | Encoded], list[int], _Split | None]:
+    ) -> tuple[list[Item], list[int], _Split | None]:
         """The longest run of ``indices`` made and kept, removed from the buffer."""
         with self._cond:
             split = self._splits.get(ordinal)
@@ -260,7 +274,7 @@ class DealtBuffer:
     def released(self) -> int:
         return self._released
 
-    def clear(self) -> list[Raw | Encoded]:
+    def clear(self) -> list[Item]:
         """Drops everything (the task stopped); returns the items dropped."""
         with self._cond:
             dropped = [

@@ -1,19 +1,20 @@
 """What a worker answers to a first-come ``GetElements``, given the task's buffer.
 
-``answer`` decides from the request and the task's output (its ``TaskBuffer``,
-or its cross-trainer ``SlidingWindowCache``; None when the task is not on this
-worker): ``Send`` items (possibly none, at the end of the sequence), ``Refuse``
-with an error, or None to park the request until the producer adds something.
-It holds no socket; taking the items out of the buffer is its one effect.
+``from_buffer`` decides from the request and the task's ``TaskBuffer``,
+``from_cache`` from its cross-trainer ``SlidingWindowCache`` (the outputs of
+``outputs.py`` call them): ``Send`` items (possibly none, at the end of the
+sequence), ``Refuse`` with an error, or None to park the request until the
+producer adds something. They hold no socket; taking the items out is their
+one effect.
 
 >>> from zmqdata._wire import messages as m
 >>> from zmqdata._worker.buffer import Raw, TaskBuffer
 >>> buffer = TaskBuffer(max_items=8, max_bytes=1024)
 >>> request = m.GetElements(task_id=1, client_id=1, max_elements=2)
->>> answer(request, buffer) is None  # nothing yet: park it
+>>> from_buffer(request, buffer) is None  # nothing yet: park it
 True
 >>> _ = buffer.put(Raw(7), 8)
->>> answer(request, buffer)
+>>> from_buffer(request, buffer)
 Send(items=[Raw(element=7)], end_of_sequence=False, coverage=None)
 """
 
@@ -21,13 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage
-from zmqdata._worker.buffer import Encoded, Item, Raw, TaskBuffer
+from zmqdata._worker.buffer import Item, TaskBuffer
 from zmqdata._worker.cache import SlidingWindowCache
-
-Output = TaskBuffer | SlidingWindowCache[Raw | Encoded]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,17 @@ class Send:
     coverage: Coverage | None = None
     """Exactly once: what the items stand for (and, at the end, what was dropped)."""
 
+    def told(self) -> dict[str, Any]:
+        """What the reply's header says besides its items and end (``Elements``)."""
+        coverage = self.coverage
+        if coverage is None:
+            return {}
+        return {
+            "lineage": coverage.keys,
+            "widths": coverage.widths,
+            "progress": coverage.packed_progress(),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
@@ -48,23 +59,13 @@ class Refuse:
     text: str
 
 
-def answer(
-    request: m.GetElements, output: Output, tracked: bool = False
+def from_buffer(
+    request: m.GetElements, buffer: TaskBuffer, tracked: bool = False
 ) -> Send | Refuse | None:
-    """What to answer ``request`` now; None to park it until there is news.
+    """First come, first served: the items the buffer holds, then its end.
 
-    ``tracked``: exactly once, the reply says what its elements stand for. (A
-    task not on this worker is answered ``ABSENT`` before: ``data.py``.)
+    ``tracked``: exactly once, the reply says what its elements stand for.
     """
-    if isinstance(output, SlidingWindowCache):
-        return _from_cache(request, output)
-    return _from_buffer(request, output, tracked)
-
-
-def _from_buffer(
-    request: m.GetElements, buffer: TaskBuffer, tracked: bool
-) -> Send | Refuse | None:
-    """First come, first served: the items the buffer holds, then its end."""
     coverage = Coverage() if tracked else None
     items = buffer.take_covered(request.max_elements, coverage)
     if not buffer.finished:
@@ -76,8 +77,8 @@ def _from_buffer(
     return Send(items, True, coverage)
 
 
-def _from_cache(
-    request: m.GetElements, cache: SlidingWindowCache[Raw | Encoded]
+def from_cache(
+    request: m.GetElements, cache: SlidingWindowCache[Item]
 ) -> Send | Refuse | None:
     """Cross-trainer cache: serves from the trainer's own position."""
     if request.trainer_id is None:

@@ -38,7 +38,7 @@ from typing import Any, Final
 from zmqdata._runtime import clock, shm
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
-from zmqdata._worker.buffer import Encoded, Raw, TaskBuffer
+from zmqdata._worker.buffer import Encoded, Raw
 
 HOLD_S: Final = 2.0
 """A reader not on this host keeps its task off shared memory this long."""
@@ -106,11 +106,6 @@ class TaskShare:
         if isinstance(encoded, frames.SharedFrames):
             return SharedItem(encoded.described, encoded, _Segment(encoded.segment))
         return Encoded(encoded)
-
-    @staticmethod
-    def discard(buffer: TaskBuffer) -> None:
-        """Drops what a stopped task still buffers (its segments with it)."""
-        buffer.take(len(buffer))
 
 
 class SharedServing:

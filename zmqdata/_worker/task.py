@@ -1,4 +1,6 @@
-"""``TaskRunner``: runs one task's pipeline on a producer thread into a ``TaskBuffer``.
+"""``TaskRunner``: runs one task's pipeline on a producer thread into its output.
+
+The output is the one of the task's read mode (``outputs.py``).
 
 Under DYNAMIC sharding the pipeline's source reads the splits that a
 ``RemoteSplitProvider`` fetches from the dispatcher, over a DEALER socket the
@@ -34,14 +36,14 @@ from zmqdata._runtime import auth, shm, threads
 from zmqdata._runtime.metrics import ServeStats
 from zmqdata._runtime.spans import IDLE, Tracer
 from zmqdata._wire.lineage import EMPTY, Lineage
-from zmqdata._wire.modes import STATIC, ShardingPolicy
+from zmqdata._wire.modes import STATIC, ReadMode, ShardingPolicy
 from zmqdata._wire.progress import Mark
 from zmqdata._wire.tasks import TaskDef
 from zmqdata._worker import retained, sharding
-from zmqdata._worker.buffer import Cancelled, Encoded, Raw, TaskBuffer
-from zmqdata._worker.cache import SlidingWindowCache
+from zmqdata._worker.buffer import Cancelled, Encoded, Raw
 from zmqdata._worker.compression import TaskCompression
 from zmqdata._worker.dealt import DealtBuffer
+from zmqdata._worker.outputs import DealtOutput, output_for
 from zmqdata._worker.pipelines import Pipeline
 from zmqdata._worker.shared import TaskShare
 from zmqdata._worker.splits import RemoteSplitProvider
@@ -60,7 +62,7 @@ _NEVER = threading.Event()
 
 
 class TaskRunner:
-    """One task: its pipeline, its producer thread and its output buffer."""
+    """One task: its pipeline, its producer thread and its output."""
 
     thread_limit: threads.Setting = "none"
     """Its native thread pools' limit (``WorkerConfig.threads``), set before start."""
@@ -84,30 +86,15 @@ class TaskRunner:
         same_host: bool = False,
     ) -> None:
         self.task_id = task.task_id
-        dynamic = task.processing_mode == ShardingPolicy.DYNAMIC
-        cached = task.cross_trainer_cache  # every trainer reads it: never tracked
-        tracked = task.exactly_once and dynamic and not task.dealt and not cached
-        # Coordinated rounds take one element per consumer at once: not paced.
-        paced = task.num_consumers is None
-        self.buffer = TaskBuffer(BUFFER_ITEMS, BUFFER_BYTES, tracked, paced=paced)
-        self.dealt = DealtBuffer(BUFFER_ITEMS, BUFFER_BYTES) if task.dealt else None
-        """Multi-rank reads: the output by split and index (``dealt.py``)."""
-        self.tracked = tracked
-        """Whether replies say what their elements stand for (exactly once)."""
-        self.split_outputs = tracked and task.split_outputs
+        self.output = output_for(task, BUFFER_ITEMS, BUFFER_BYTES, cache_bytes)
+        """What the producer puts into and the data loop answers from."""
+        self.split_outputs = self.output.tracked and task.split_outputs
         """Exactly once by outputs: each split run alone, its outputs keyed."""
-        self._takes_blocks = not (task.dealt or cached) and paced
-        """First-come reads buffer what a source reads in bulk as blocks
-        (``_dataset/block.py``): one item each."""
-        self.cache: SlidingWindowCache[Raw | Encoded] | None = (
-            SlidingWindowCache(cache_bytes) if task.cross_trainer_cache else None
-        )
         self.stats = ServeStats()
         """What the data loop served of this task (written on the data loop only)."""
         self.ignored = IgnoredErrors()
         """What the pipeline's ``ignore_errors`` skipped (its producer counts)."""
-        shares = not task.cross_trainer_cache and shm.enabled()
-        self.share = TaskShare(shares, same_host)
+        self.share = TaskShare(self.output.shares and shm.enabled(), same_host)
         """Whether large elements go to shared memory (``same_host``: at first)."""
         self._task = task
         self._pipeline = pipeline
@@ -136,9 +123,7 @@ class TaskRunner:
                 logger.warning(
                     "task %d: pipeline did not stop in %.0f s", self.task_id, timeout_s
                 )
-        self.share.discard(self.buffer)
-        if self.dealt is not None:
-            self.dealt.clear()
+        self.output.clear()
 
     def drain(self) -> None:
         """Stops producing without ending the task (its worker is leaving).
@@ -160,39 +145,26 @@ class TaskRunner:
         An exactly-once task's undelivered keys go to other workers, and in
         the other modes each worker makes its own copy or shard anyway.
         """
-        dynamic = self._task.processing_mode == ShardingPolicy.DYNAMIC
-        if self.tracked or self.dealt is not None or not dynamic:
-            return True
-        if not (self.left or self.ended):
-            return False
-        return self.buffer.buffered()[0] == 0
-
-    @property
-    def num_consumers(self) -> int | None:
-        """Coordinated reads: how many consumers share each round (else None)."""
-        return self._task.num_consumers
+        return self.output.settled(self.left or self.ended)
 
     @property
     def drained(self) -> bool:
         """Whether everything the task will ever produce has been taken."""
-        if self.dealt is not None:
-            return self.dealt.finished
-        return self.cache is None and self.buffer.finished
+        return self.output.drained
 
     @property
     def ended(self) -> bool:
         """Whether the producer is done (its output may still be buffered)."""
-        return self._sink.ended
+        return self.output.ended
 
     def buffered(self) -> tuple[int, int]:
         """``(items, bytes)`` the task holds for its consumers."""
-        return self._sink.buffered()
+        return self.output.buffered()
 
     def stats_dict(self) -> dict[str, Any]:
         """The task's counters and buffer fill, as heartbeats carry them."""
         items, nbytes = self.buffered()
-        in_buffer = self._sink is self.buffer
-        capacity = self.buffer.limit_bytes if in_buffer else BUFFER_BYTES
+        capacity = self.output.capacity_bytes
         return {
             "task_id": self.task_id,
             "iteration_id": self._task.iteration_id,
@@ -213,12 +185,6 @@ class TaskRunner:
             ),
         }
 
-    @property
-    def _sink(self) -> TaskBuffer | DealtBuffer | SlidingWindowCache[Raw | Encoded]:
-        if self.dealt is not None:
-            return self.dealt
-        return self.buffer if self.cache is None else self.cache
-
     def _produce(self) -> None:
         provider: RemoteSplitProvider | None = None
         error: tuple[str, str] | None = None
@@ -226,7 +192,7 @@ class TaskRunner:
         try:
             root = self._pipeline.root()
             threads.limit_producer(self.thread_limit)
-            by_source = self.tracked and not self.split_outputs
+            by_source = self.output.tracked and not self.split_outputs
             marks = Marks() if by_source and expands_below(root) else None
             if self._task.processing_mode == ShardingPolicy.DYNAMIC:
                 self.splits = provider = self._split_provider(marks)
@@ -244,7 +210,7 @@ class TaskRunner:
             if left:
                 self.left = True
             else:
-                self._sink.finish(error)
+                self.output.finish(error)
             self._wake(self.task_id)
 
     def _split_provider(self, marks: Marks | None) -> RemoteSplitProvider:
@@ -256,9 +222,9 @@ class TaskRunner:
             self._stop,
             self._timeout_s,
             self._keys,
-            self.buffer.handed if self.tracked else None,
+            self.output.handed,
             self._draining,
-            dealt=self.dealt is not None,
+            dealt=self.output.mode is ReadMode.DEALT,
             marks=marks,
             outputs=self.split_outputs,
         )
@@ -269,9 +235,9 @@ class TaskRunner:
         self, root: Node, provider: RemoteSplitProvider | None, marks: Marks | None
     ) -> None:
         """Runs the pipeline, sharded as the task says, into the task's output."""
-        if provider is not None and self.dealt is not None:
+        if provider is not None and isinstance(self.output, DealtOutput):
             with self._profiling(root, provider) as profiled:
-                self._produce_dealt(root, provider, profiled)
+                self._produce_dealt(root, provider, self.output.buffer, profiled)
             return
         root, ctx = self._sharded(root, provider, marks)
         ctx.ignored = self.ignored
@@ -295,7 +261,7 @@ class TaskRunner:
             return root, IterContext(
                 split_source=find_split_source(root),
                 split_provider=provider,
-                lineage=self.tracked,
+                lineage=self.output.tracked,
                 marks=marks,
             )
         if task.processing_mode in STATIC:
@@ -342,12 +308,12 @@ class TaskRunner:
         # on the hot path (W1's scalars).
         countdown = 0 if profile is None else 1  # elements to the next timed one
         try:
-            if self._takes_blocks and marks is None:
+            if self.output.takes_blocks and marks is None:
                 block = iterator.next_block(BLOCK_ELEMENTS)
                 if block is not None:
                     self._produce_blocks(iterator, block, profile, draining)
                     return
-            tracked = self.tracked
+            tracked = self.output.tracked
             for element in iterator:
                 if timed is not None:
                     timed.end()
@@ -412,8 +378,8 @@ class TaskRunner:
                 self._put(element, None, key)
             return
         item = Block(block.first, columns, block.n)
-        woke = self.buffer.put(
-            item, size, self._stop, lineage if self.tracked else EMPTY
+        woke = self.output.put(
+            item, size, self._stop, lineage if self.output.tracked else EMPTY
         )
         if woke:
             self._wake(self.task_id)
@@ -422,24 +388,24 @@ class TaskRunner:
         self,
         root: Node,
         provider: RemoteSplitProvider,
+        dealt: DealtBuffer,
         profiled: profiling.Profile | None = None,
     ) -> None:
         """Runs the pipeline on each split alone: its elements go under their index."""
-        assert self.dealt is not None
         source = find_split_source(root)
         while (split := provider.next_dealt()) is not None:
-            self.dealt.release(provider.released)
+            dealt.release(provider.released)
             _, lo, hi, ordinal, skip = split
-            if self.dealt.open(ordinal, skip):
+            if dealt.open(ordinal, skip):
                 self._wake(self.task_id)
             ctx = IterContext(ignored=self.ignored, profile=profiled)
             count = self._deal(
                 run_split(root, source, [lo, hi], ctx), ordinal, skip, profiled
             )
-            self.dealt.end(ordinal, count)
+            dealt.end(ordinal, count)
             provider.counted(ordinal, count)
             self._wake(self.task_id)
-        self.dealt.release(provider.released)
+        dealt.release(provider.released)
 
     def _deal(
         self,
@@ -482,10 +448,10 @@ class TaskRunner:
         marks: list[Mark] | None = None,
         at: tuple[int, int] = (-1, -1),
     ) -> None:
-        """Encodes ``element`` (a large one here) and hands it to the task's output.
+        """Encodes ``element`` (a large one here) and puts it into the task's output.
 
-        It waits while the output is full. A dealt task keeps it ``at``
-        ``(ordinal, index)``; an exactly-once one with its ``lineage`` and
+        It waits while the output is full. A dealt output keeps it ``at``
+        ``(ordinal, index)``; a tracked one with its ``lineage`` and
         ``marks``. With ``profile`` (a timed element), encoding and waiting
         go to its ``encode`` and ``blocked`` phases.
         """
@@ -495,13 +461,7 @@ class TaskRunner:
         if profile is not None:
             encoded = time.perf_counter_ns()
             profile.phase("encode", encoded - start)
-        if self.dealt is not None:
-            woke = self.dealt.put(at[0], at[1], item, size, self._stop)
-        elif self.cache is None:
-            woke = self.buffer.put(item, size, self._stop, lineage, marks)
-        else:
-            woke = self.cache.put(item, size, self._stop)
-        if woke:
+        if self.output.put(item, size, self._stop, lineage, marks, at):
             self._wake(self.task_id)
         if profile is not None:
             profile.phase("blocked", time.perf_counter_ns() - encoded)
