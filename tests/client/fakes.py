@@ -135,7 +135,7 @@ class Driven:
         self.handle(i.FromDispatcher(message), now)
 
     def on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
-        self.handle(i.FromWorker(header, parts), now)
+        self.handle(i.received(header, parts), now)
 
     def on_links_lost(self, endpoints: list[str], now: float) -> None:
         self.handle(i.LinksLost(endpoints), now)

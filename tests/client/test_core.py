@@ -56,7 +56,7 @@ def data(
         lineage=lineage or [],
         widths=[len(elements), 1] if lineage else [],
     )
-    return i.FromWorker(header, [b"", *group])
+    return i.received(header, [b"", *group])
 
 
 def test_credit_is_granted_and_returned() -> None:
@@ -93,7 +93,7 @@ def test_a_request_absent_is_retried_after_its_deadline_backing_off() -> None:
     now = 0.0
     for _ in range(3):
         error = m.Error(request_id=ask.request.request_id, code=m.ABSENT, message="")
-        assert read_core.handle(i.FromWorker(error, [b""]), now) == []
+        assert read_core.handle(i.FromWorker(error), now) == []
         asked_at = now
         while not requests(out := read_core.handle(i.Drained(), now)):
             now = round(now + 0.001, 3)

@@ -19,7 +19,6 @@ from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
-    decode_elements,
 )
 from zmqdata._client.options import ReadOptions
 from zmqdata._client.refusals import refused
@@ -173,7 +172,7 @@ class CreditPlan:
             return []  # the task was dropped meanwhile (with its requests)
         self._in_flight -= task.requests.pop(header.request_id, 0)
         task.backoff.reset()
-        out = core.deliver(*decode_elements(header, reply), task.task_id, header)
+        out = core.deliver(*reply.decoded(), task.task_id, header)
         if header.end_of_sequence:
             task.finished = True
         return out + core.report_if_finished(task, now)

@@ -37,7 +37,6 @@ from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
-    decode_elements,
 )
 from zmqdata._client.options import ReadOptions
 from zmqdata._client.refusals import refused
@@ -414,7 +413,7 @@ class DealPlan:
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.backoff.reset()
-        elements, nbytes = decode_elements(header, reply)
+        elements, nbytes = reply.decoded()
         if elements:
             self._sizes = [*self._sizes[-63:], max(1, nbytes // len(elements))]
         epoch = self.epoch

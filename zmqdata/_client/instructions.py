@@ -6,7 +6,8 @@ instructions, and the fetcher thread (``reader.Fetcher``), which owns the
 sockets, the queue and the clock, carries them out. A send the shell could not
 queue comes back as an ``Unsent`` event. Everything here is plain data.
 
->>> FromWorker(m.Error(request_id=3, code="NOT_FOUND", message=""), [b""]).segments
+>>> FromWorker(m.Error(request_id=3, code="NOT_FOUND", message="")).decoded()
+([], 0)
 >>> Fail(ValueError("x")) == Fail(ValueError("x"))  # errors compare by identity
 False
 """
@@ -18,6 +19,7 @@ from typing import Any, NamedTuple
 
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
+from zmqdata.errors import ZmqDataError
 
 
 class Batch(NamedTuple):
@@ -53,14 +55,24 @@ class FromDispatcher:
 
 @dataclass(frozen=True, slots=True)
 class FromWorker:
-    """A worker reply: its header, its frames (header first), how to map segments.
+    """A worker reply: its header and, for elements, what its frames decoded to.
 
-    ``segments``: how this reader maps shared memory (None: it asked for none).
+    The fetcher decodes them (``received``), so the plans take elements, not
+    frames, and map no shared memory.
     """
 
     header: m.Message
-    parts: list[Any] = field(hash=False)
-    segments: frames.Claim | None = None
+    elements: list[Any] = field(default_factory=list, hash=False)
+    nbytes: int = 0
+    """The bytes the elements hold decoded."""
+    failure: ZmqDataError | None = None
+    """Why the frames did not decode (the read fails if the reply is awaited)."""
+
+    def decoded(self) -> tuple[list[Any], int]:
+        """The elements and their bytes; raises what decoding them raised."""
+        if self.failure is not None:
+            raise self.failure
+        return self.elements, self.nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +164,27 @@ class Dropped:
 Instruction = ToWorker | ToDispatcher | Deliver | End | Fail | Dropped
 
 
-def decode_elements(header: m.Elements, reply: FromWorker) -> tuple[list[Any], int]:
-    """The elements of a data reply, and the bytes they hold once decoded.
+def received(
+    header: m.Message, parts: list[Any], segments: frames.Claim | None = None
+) -> FromWorker:
+    """A worker reply, its elements decoded (on the fetcher's thread).
 
     Checked as ``frames.decode_messages`` does: within the codec's limits, and
-    exactly the frames and the ``count`` elements the header lists. Buffers in
-    shared memory are accepted only by a reader that asked for them (its
-    ``reply.segments``).
+    exactly the frames (``parts``, the header's first) and the ``count``
+    elements the header lists. Buffers in shared memory are accepted only by
+    a reader that asked for them (``segments``: how it maps them).
+
+    >>> reply = received(m.Elements(request_id=1, task_id=2, count=2, parts=[1]),
+    ...                  [b"", *frames.encode([1, 2])])
+    >>> reply.decoded()[0]
+    [1, 2]
     """
-    return frames.decode_messages(
-        reply.parts[1:], header.parts, header.count, segments=reply.segments
-    )
+    if not isinstance(header, m.Elements):
+        return FromWorker(header)
+    try:
+        elements, nbytes = frames.decode_messages(
+            parts[1:], header.parts, header.count, segments=segments
+        )
+    except ZmqDataError as error:
+        return FromWorker(header, failure=error)
+    return FromWorker(header, elements, nbytes)

@@ -42,13 +42,13 @@ from zmqdata._client.instructions import (
     Event,
     Fail,
     FromDispatcher,
-    FromWorker,
     Instruction,
     LinksLost,
     Started,
     ToDispatcher,
     ToWorker,
     Unsent,
+    received,
 )
 from zmqdata._client.links import Links
 from zmqdata._client.options import ReadOptions, Timeouts
@@ -322,7 +322,7 @@ class Fetcher(PollLoop):
         self._handle(FromDispatcher(message), now)
 
     def _on_worker(self, header: m.Message, parts: list[Any], now: float) -> None:
-        self._handle(FromWorker(header, parts, self._segments), now)
+        self._handle(received(header, parts, self._segments), now)
 
     def _report_trace(self) -> None:
         """Sends the spans of the trace window (closing it)."""

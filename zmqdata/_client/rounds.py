@@ -26,7 +26,6 @@ from zmqdata._client.instructions import (
     FromWorker,
     Instruction,
     ToWorker,
-    decode_elements,
 )
 from zmqdata._client.options import ReadOptions
 from zmqdata._client.refusals import refused
@@ -167,7 +166,7 @@ class RoundPlan:
         if header.request_id not in self._batches:
             return []
         del self._batches[header.request_id]
-        elements, _ = decode_elements(header, reply)
+        elements, _ = reply.decoded()
         self._arrived.update(zip(header.rounds, elements, strict=True))
         return self._deliver_in_order(core)
 
