@@ -15,6 +15,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -150,3 +151,40 @@ def test_the_compositions_the_outside_check_found_are_exact(build):
     for fraction in (0.2, 0.5, 0.8):
         _, rest, made = take_over(build, [5, 11, 23], fraction)
         assert made == rest
+
+
+def _until_error(ds: zd.Dataset, splits: list[Split]) -> tuple[list[Any], str]:
+    """The elements and lineages read before the pipeline raised, and the error."""
+    root, runs = by_split(ds._node)
+    ctx = IterContext(
+        split_source=runs, split_provider=ListSplitProvider(splits), lineage=True
+    )
+    got: list[Any] = []
+    with make_iterator(root, ctx) as it:
+        try:
+            for element in it:
+                got.append((element.tolist(), it.lineage))
+        except ValueError as error:
+            return got, str(error)
+    return got, ""
+
+
+def test_batches_take_a_runs_outputs_at_once_as_they_took_them_one_by_one(
+    monkeypatch,
+):
+    def row(x: Any) -> Any:
+        if x == 9:
+            raise ValueError("row 9")
+        return np.full((2, 1), x)
+
+    ds = zd.Dataset.range(12).map(row).unbatch().batch(5)
+    first, second = outputs.base(0, 0, 2), outputs.base(0, 1, 2)
+    splits = [[0, 0, 6, first + 1, first + 12], [0, 6, 12, second, second + 12]]
+    many = _until_error(ds, splits)
+    monkeypatch.setattr(
+        "zmqdata._dataset.ops.split_runs._SplitRunsIterator.next_many",
+        lambda self, limit: None,
+    )
+    assert many == _until_error(ds, splits)
+    assert many[1] == "row 9"
+    assert many[0][0] == ([[0], [1], [1], [2], [2]], (first + 1, first + 6))

@@ -226,6 +226,15 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         """
         return None
 
+    def next_many(self, limit: int) -> list[Any] | None:
+        """Up to ``limit`` next elements at once ([] at the end), or None: "call ``next``".
+
+        With lineage, they stand for ``lineage`` together (a worker's
+        ``split_runs``: consecutive keys), so an op that groups them
+        (``batch``) tracks one range, not one per element.
+        """
+        return None
+
     def next_block(self, limit: int) -> Block | None:
         """Up to ``limit`` next elements as one ``Block``, or None.
 

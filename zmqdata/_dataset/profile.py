@@ -202,7 +202,11 @@ class Profile:
     def __init__(self, root: Node, every: int = DEFAULT_EVERY) -> None:
         if every < 1:
             raise ValueError(f"Profile every must be >= 1, got {every!r}")
-        nodes = list(root.walk())[:MAX_OPS]
+        # A worker's own ops (``split_runs``) are not the user's: their time
+        # is their parent's.
+        nodes = [n for n in root.walk() if n is root or not n.definition.runs_splits][
+            :MAX_OPS
+        ]
         self._by_node = {id(node): OpStats(self, 0, node) for node in nodes}
         ordered = [self._by_node[id(node)] for node in reversed(nodes)]
         for index, stats in enumerate(ordered):

@@ -109,12 +109,21 @@ class _LineageBatchIterator(_BatchIterator):
         return batch
 
     def _gather(self) -> list[Any]:
-        elements, taken, source = [], self._taken, self._input
-        for element in source:
-            elements.append(element)
-            _extend(taken, source.lineage)
-            if len(elements) == self._size:
+        elements: list[Any] = []
+        taken, source, size = self._taken, self._input, self._size
+        while len(elements) < size:
+            more = source.next_many(size - len(elements))
+            if more is None:  # one at a time
+                for element in source:
+                    elements.append(element)
+                    _extend(taken, source.lineage)
+                    if len(elements) == size:
+                        break
                 break
+            if not more:
+                break
+            elements += more
+            _extend(taken, source.lineage)
         return elements
 
     def _from_columns(self, column: np.ndarray) -> np.ndarray:

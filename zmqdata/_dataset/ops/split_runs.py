@@ -175,6 +175,8 @@ class _SplitRunsIterator(DatasetIterator):
         self._passes_done = 0
         self._made = False
         """The pass made an output (an endless repeat of nothing ends)."""
+        self._failure: Exception | None = None
+        """Raised by the next ``next_many`` (outputs went before it)."""
 
     def __next__(self) -> Any:
         while True:
@@ -198,6 +200,41 @@ class _SplitRunsIterator(DatasetIterator):
             if after >= self._end:
                 self._end_run(after)
             return element
+
+    def next_many(self, limit: int) -> list[Any]:
+        """Up to ``limit`` next outputs, of one split's run at most ([] at the end).
+
+        They stand for consecutive keys (``lineage``, with the keys owed
+        before the first). An error after the first is raised by the next call.
+        """
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        try:
+            out = [next(self)]
+        except StopIteration:
+            return []
+        lineage, run, key = self.lineage, self._run, self._key
+        start = key  # past the first output's key (the owed keys may lie anywhere)
+        while run is not None and len(out) < limit:
+            try:
+                element = next(run)
+            except StopIteration:
+                self._end_run(key)
+                break
+            except Exception as error:  # the outputs before it go first
+                self._failure = error
+                break
+            key += 1
+            if key > self._first:
+                out.append(element)
+            if key >= self._end:
+                self._end_run(key)
+                break
+        self._key = key
+        if key > start:
+            self.lineage = join(lineage, (start, key))
+        return out
 
     def _start_run(self) -> Any:
         """Starts (and returns) the next split's run; ``StopIteration`` after the last."""
