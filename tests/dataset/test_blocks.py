@@ -18,6 +18,7 @@ from zmqdata import errors
 from zmqdata._dataset.block import Block
 from zmqdata._dataset.iterator import IterContext, ListSplitProvider
 from zmqdata._dataset.node import make_iterator
+from zmqdata._dataset.ops.parquet import Parquet
 from zmqdata._wire import frames
 
 
@@ -110,3 +111,23 @@ def test_a_forged_ragged_column_is_refused(lengths, refused):
     header["c"][3] = np.array(lengths, "<i8").tobytes()
     with pytest.raises(errors.InvalidArgumentError, match=refused):
         frames.decode([msgpack.packb(header), *encoded[1:]])
+
+
+def test_splits_taken_apart_within_one_read_open_the_file_once(tmp_path, monkeypatch):
+    path = tmp_path / "one-group.parquet"
+    write(path, table(0, 30), group=30)
+    opened = []
+    record_blocks = Parquet.record_blocks
+
+    def counted(self, node, file, first):
+        opened.append(first)
+        return record_blocks(self, node, file, first)
+
+    monkeypatch.setattr(Parquet, "record_blocks", counted)
+    ds = zd.Dataset.from_parquet(str(path))
+    blocks = blocks_of(ds, [[0, 3], [6, 9], [12, 15], [2, 4]], limit=8)
+    assert blocks is not None
+    assert [int(row["i"]) for b in blocks for row in b.rows()] == [
+        0, 1, 2, 6, 7, 8, 12, 13, 14, 2, 3
+    ]  # fmt: skip
+    assert opened == [0]  # the split behind the last block is in it: no reread

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._dataset.block import END, Block
@@ -85,6 +86,19 @@ class RecordSource(SplittableSource):
         return RecordIterator(self, node, provider, ctx.lineage)
 
 
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """A block a format read: records ``at`` to ``end`` of ``file`` (numbered across files)."""
+
+    file: int
+    at: int
+    block: Block
+
+    @property
+    def end(self) -> int:
+        return self.at + self.block.n
+
+
 class RecordIterator(SplitIterator):
     """Reads record splits ``[lo, hi]`` (or ``[lo, hi, base]``), streaming each file.
 
@@ -112,8 +126,8 @@ class RecordIterator(SplitIterator):
         self._blocks: Iterator[Block] | None = None
         self._blocks_at = (-1, -1)
         """(file, index of the record the open block reader yields next)."""
-        self._pending: tuple[Block, int] | None = None
-        """The block read last, and where in it the next record is."""
+        self._chunk: _Chunk | None = None
+        """The block read last."""
 
     def __next__(self) -> Any:
         if not self._advance():
@@ -138,43 +152,51 @@ class RecordIterator(SplitIterator):
         return element
 
     def next_block(self, limit: int) -> Block | None:
-        """Up to ``limit`` records of one file and split, cut from the blocks the format reads."""
+        """Up to ``limit`` records of one file and split, cut from the blocks the format reads.
+
+        The block read last is kept: splits of it taken one after another
+        (another worker took the splits between) read the file once.
+        """
         if not self._advance():
             return END if self._blocks is not None else None
         assert self._split is not None
         index = self._next_index
         file = bisect.bisect_right(self._bounds, index) - 1
         end = min(self._split[1], self._bounds[file + 1], index + limit)
-        if self._blocks_at != (file, index):
-            self.close()
-            self._blocks = self._records.record_blocks(
-                self._node, self._files[file], index - self._bounds[file]
-            )
-            self._pending = None
-            if self._blocks is None:
+        chunk = self._chunk
+        if chunk is None or chunk.file != file or not chunk.at <= index < chunk.end:
+            chunk = self._chunk = self._read_chunk(file, index, end)
+            if chunk is None:
                 return None
-        block = self._next_part(end - index)
-        if block is None:
-            raise self._missing(file, index, end)
+        block = chunk.block.part(index - chunk.at, min(end, chunk.end) - chunk.at)
         self._next_index = index + block.n
-        self._blocks_at = (file, self._next_index)
         if self._lineage:
             key = base_of(self._split) + index
             self.lineage = (key, key + block.n)
         return block
 
-    def _next_part(self, most: int) -> Block | None:
-        """Up to ``most`` next records of the open block reader (None past its end)."""
-        if self._pending is None:
-            assert self._blocks is not None
-            read = next(self._blocks, None)
-            if read is None:
+    def _read_chunk(self, file: int, index: int, end: int) -> _Chunk | None:
+        """The block of ``file`` holding record ``index`` (None: the format reads none).
+
+        Read on from the open block reader if it is not past ``index``.
+        """
+        at_file, at = self._blocks_at
+        if self._blocks is None or at_file != file or at > index:
+            self.close()
+            self._blocks = self._records.record_blocks(
+                self._node, self._files[file], index - self._bounds[file]
+            )
+            if self._blocks is None:
                 return None
-            self._pending = (read, 0)
-        block, at = self._pending
-        end = min(block.n, at + most)
-        self._pending = None if end == block.n else (block, end)
-        return block if (at, end) == (0, block.n) else block.part(at, end)
+            self._blocks_at = (file, index)
+        while True:
+            block = next(self._blocks, None)
+            if block is None:
+                raise self._missing(file, index, end)
+            at = self._blocks_at[1]
+            self._blocks_at = (file, at + block.n)
+            if index < at + block.n:
+                return _Chunk(file, at, block)
 
     def _read(self, file: int, index: int) -> Any:
         """Record ``index`` (of ``file``), from the open reader or a new one there."""
@@ -226,7 +248,7 @@ class RecordIterator(SplitIterator):
         reader, self._reader = self._reader, None
         blocks, self._blocks = self._blocks, None
         self._reader_at = self._blocks_at = (-1, -1)
-        self._pending = None
+        self._chunk = None
         for each in (reader, blocks):
             close = getattr(each, "close", None)
             if close is not None:
