@@ -602,3 +602,21 @@ def test_ranks_get_disjoint_equal_shares(shared_cluster, many):
     assert len(got[0]) == len(got[1]) >= 74
     assert not set(got[0]) & set(got[1])
     assert len(set(got[0]) | set(got[1])) >= 149
+
+
+def test_rows_of_splits_taken_apart_read_on_in_the_open_file(tmp_path, monkeypatch):
+    path = tmp_path / "one-group.parquet"
+    write(path, table(0, 30), group=30)
+    opened = []
+    records = Parquet.records
+
+    def counted(self, node, file, first):
+        opened.append(first)
+        return records(self, node, file, first)
+
+    monkeypatch.setattr(Parquet, "records", counted)
+    ds = zd.Dataset.from_parquet(str(path))
+    assert ids(run_over(ds, [[0, 3], [6, 9], [12, 15], [2, 4]])) == [
+        0, 1, 2, 6, 7, 8, 12, 13, 14, 2, 3
+    ]  # fmt: skip
+    assert opened == [0, 2]  # a split behind the reader opens the file anew

@@ -86,6 +86,10 @@ class RecordSource(SplittableSource):
         return RecordIterator(self, node, provider, ctx.lineage)
 
 
+SKIP_AHEAD = 4_096
+"""The most records an open reader reads past to reach a record (else it opens anew)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Chunk:
     """A block a format read: records ``at`` to ``end`` of ``file`` (numbered across files)."""
@@ -199,10 +203,20 @@ class RecordIterator(SplitIterator):
                 return _Chunk(file, at, block)
 
     def _read(self, file: int, index: int) -> Any:
-        """Record ``index`` (of ``file``), from the open reader or a new one there."""
-        if self._reader_at != (file, index):
+        """Record ``index`` (of ``file``), from the open reader or a new one there.
+
+        A reader a little behind ``index`` (other workers took the splits
+        between) reads on to it: opening anew decodes from the row group's start.
+        """
+        at_file, at = self._reader_at
+        if at_file != file or not at <= index <= at + SKIP_AHEAD:
             self._open(file, index)
         assert self._reader is not None
+        try:
+            for _ in range(index - self._reader_at[1]):
+                next(self._reader)
+        except Exception:  # a record read past failed: not this read's to report
+            self._open(file, index)
         return next(self._reader)
 
     def _missing(self, file: int, index: int, end: int) -> InvalidArgumentError:
