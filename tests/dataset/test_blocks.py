@@ -13,12 +13,18 @@ import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal
-from tests.dataset.test_parquet import SIZES, files, table, write  # noqa: F401 (fixture)
+from tests.dataset.test_parquet import (  # noqa: F401 (files: a fixture)
+    SIZES,
+    files,
+    one_group,
+    opens,
+    table,
+    write,
+)
 from zmqdata import errors
 from zmqdata._dataset.block import Block
 from zmqdata._dataset.iterator import IterContext, ListSplitProvider
 from zmqdata._dataset.node import make_iterator
-from zmqdata._dataset.ops.parquet import Parquet
 from zmqdata._wire import frames
 
 
@@ -114,17 +120,8 @@ def test_a_forged_ragged_column_is_refused(lengths, refused):
 
 
 def test_splits_taken_apart_within_one_read_open_the_file_once(tmp_path, monkeypatch):
-    path = tmp_path / "one-group.parquet"
-    write(path, table(0, 30), group=30)
-    opened = []
-    record_blocks = Parquet.record_blocks
-
-    def counted(self, node, file, first):
-        opened.append(first)
-        return record_blocks(self, node, file, first)
-
-    monkeypatch.setattr(Parquet, "record_blocks", counted)
-    ds = zd.Dataset.from_parquet(str(path))
+    opened = opens(monkeypatch, "record_blocks")
+    ds = zd.Dataset.from_parquet(one_group(tmp_path))
     blocks = blocks_of(ds, [[0, 3], [6, 9], [12, 15], [2, 4]], limit=8)
     assert blocks is not None
     assert [int(row["i"]) for b in blocks for row in b.rows()] == [

@@ -604,18 +604,29 @@ def test_ranks_get_disjoint_equal_shares(shared_cluster, many):
     assert len(set(got[0]) | set(got[1])) >= 149
 
 
-def test_rows_of_splits_taken_apart_read_on_in_the_open_file(tmp_path, monkeypatch):
+def opens(monkeypatch: Any, method: str) -> list[int]:
+    """The record each later call of ``Parquet.<method>`` opens its file at."""
+    opened: list[int] = []
+    original = getattr(Parquet, method)
+
+    def counted(self: Any, node: Any, file: str, first: int) -> Any:
+        opened.append(first)
+        return original(self, node, file, first)
+
+    monkeypatch.setattr(Parquet, method, counted)
+    return opened
+
+
+def one_group(tmp_path: Any) -> str:
+    """A file of 30 rows in one row group (one read of a few blocks)."""
     path = tmp_path / "one-group.parquet"
     write(path, table(0, 30), group=30)
-    opened = []
-    records = Parquet.records
+    return str(path)
 
-    def counted(self, node, file, first):
-        opened.append(first)
-        return records(self, node, file, first)
 
-    monkeypatch.setattr(Parquet, "records", counted)
-    ds = zd.Dataset.from_parquet(str(path))
+def test_rows_of_splits_taken_apart_read_on_in_the_open_file(tmp_path, monkeypatch):
+    opened = opens(monkeypatch, "records")
+    ds = zd.Dataset.from_parquet(one_group(tmp_path))
     assert ids(run_over(ds, [[0, 3], [6, 9], [12, 15], [2, 4]])) == [
         0, 1, 2, 6, 7, 8, 12, 13, 14, 2, 3
     ]  # fmt: skip
