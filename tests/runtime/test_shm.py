@@ -56,6 +56,7 @@ def test_a_live_owners_files_are_kept_a_dead_ones_swept() -> None:
     assert not shm.same_host(presence)
 
 
+@pytest.mark.exclusive  # readers and workers of other tests sweep dead owners' files
 def test_a_clean_exit_removes_the_presence_file() -> None:
     proc, presence, segment = start_owner()
     assert proc.stdin is not None
