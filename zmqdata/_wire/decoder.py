@@ -362,11 +362,7 @@ class _Decoder:
                 f"bad ragged leaf of {short(count)} arrays in a column of {n}"
             )
         self._objects -= count
-        pieces = self._pieces(spec[1], spec[3], spec[4], count)
-        result = np.empty(count, dtype=object)
-        for index, piece in enumerate(pieces):
-            result[index] = piece
-        return result
+        return object_array(self._pieces(spec[1], spec[3], spec[4], count))
 
     def _pieces(
         self, dtype_text: object, values: object, lengths_ref: object, count: int
@@ -413,6 +409,18 @@ def _builder(spec: list[Any], children: list[_Builder]) -> _Builder:
         raise InvalidArgumentError(f"malformed dict SPEC keys {short(keys)}")
     pairs = list(zip(keys, children, strict=True))
     return lambda leaves: {key: child(leaves) for key, child in pairs}
+
+
+def object_array(pieces: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+    """A 1-D object array holding ``pieces`` (numpy would stack equal shapes).
+
+    >>> object_array([np.arange(2), np.arange(2)]).shape
+    (2,)
+    """
+    result = np.empty(len(pieces), dtype=object)
+    for index, piece in enumerate(pieces):
+        result[index] = piece
+    return result
 
 
 def _table_rows(keys: list[str], columns: list[list[Any]], n: int) -> list[Any]:

@@ -96,9 +96,8 @@ class Encoder:
         sig = _signatures([first])[0][0]
         if not _columnar(sig, n):
             return None
-        leaves = iter(columns)
-        ragged = [_is_ragged(column) for column in columns]
-        return {"c": self._columns(_with_ragged(sig, iter(ragged)), leaves, n)}
+        ragged = (_is_ragged(column) for column in columns)
+        return {"c": self._columns(_with_ragged(sig, ragged), iter(columns), n)}
 
     def _columns(self, sig: Sig, columns: Iterator[Sequence[Any]], n: int) -> Any:
         """The columnar SPEC of ``n`` elements of ``sig``.

@@ -93,7 +93,10 @@ Item = Raw | Encoded | Block
 
 
 class TaskBuffer:
-    """A thread-safe queue bounded by its elements (a block holds several) and bytes, with an end state."""
+    """A thread-safe queue bounded by elements (a block holds several) and bytes.
+
+    It has an end state (``finish``).
+    """
 
     def __init__(
         self,
@@ -133,7 +136,7 @@ class TaskBuffer:
 
         Raises ``Cancelled`` if ``stop`` is set while it waits.
         """
-        count = item.n if type(item) is Block else 1
+        count = elements_in(item)
         with self._cond:
             while self._items and (
                 self._elements + count > self._max_items
@@ -191,15 +194,15 @@ class TaskBuffer:
             and (not taken or taken_bytes + items[0][1] <= max_bytes)
         ):
             item, nbytes, lineage, marks = items.popleft()
-            if type(item) is Block:
-                if count + item.n > max_items:  # cut at the count asked for
-                    rest = self._cut_front(item, nbytes, lineage, max_items - count)
-                    item, nbytes, lineage = rest
-                count += item.n
-                self._elements -= item.n
-            else:
-                count += 1
-                self._elements -= 1
+            n = elements_in(item)
+            if count + n > max_items:  # a block, cut at the count asked for
+                assert isinstance(item, Block)
+                item, nbytes, lineage = self._cut_front(
+                    item, nbytes, lineage, max_items - count
+                )
+                n = item.n
+            count += n
+            self._elements -= n
             self._bytes -= nbytes
             taken_bytes += nbytes
             taken.append(item)
@@ -293,13 +296,17 @@ class TaskBuffer:
         return len(self._items)
 
 
+def elements_in(item: Item) -> int:
+    """How many elements ``item`` holds (a block several, others one)."""
+    return item.n if type(item) is Block else 1
+
+
 def _counts(items: list[Item]) -> list[int] | None:
     """How many elements each item holds; None when each holds one."""
-    if not any(type(item) is Block for item in items):
-        return None
-    return [item.n if type(item) is Block else 1 for item in items]
+    counts = [elements_in(item) for item in items]
+    return counts if len(counts) != sum(counts) else None
 
 
 def count(items: Sequence[Item]) -> int:
     """How many elements ``items`` hold."""
-    return sum(item.n if type(item) is Block else 1 for item in items)
+    return sum(map(elements_in, items))

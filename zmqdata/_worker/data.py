@@ -8,8 +8,8 @@ polls blindly and the first element goes out as soon as it exists. A peer may
 park only a few requests per task, and parked requests are served round-robin
 across peers (``parked.py``). What to send is the task's output's to decide
 (``outputs.py``, one per read mode); the loop keeps what is about sockets:
-parked requests, the rounds asked for, frames and replies. Each reply is encoded at the protocol version
-of its peer's requests (``versions.Spoken``).
+parked requests, the rounds asked for, frames and replies. Each reply is
+encoded at the protocol version of its peer's requests (``versions.Spoken``).
 """
 
 from __future__ import annotations

@@ -122,10 +122,9 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         dispatcher is at a later repetition (told once the splits run out)."""
         self._got_split = False  # in the current repetition
         self._behind = False  # the dispatcher is at a later repetition
-        self._made_nothing = (
-            False  # the last pass (told with this repetition's requests)
-        )
-        self._empty_pass = False  # the pass before this repetition
+        # An endless repeat's pass made nothing: the last one (to tell with the
+        # next repetition's requests), the one before this repetition (told).
+        self._made_nothing = self._empty_pass = False
         self.exhausted = False
         """Every worker's pass of the endless repeat made nothing: the read ends."""
         self._empty = Backoff(0.001, EMPTY_BACKOFF_MAX_S, jitter=0.0)

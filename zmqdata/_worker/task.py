@@ -365,7 +365,7 @@ class TaskRunner:
                 block = _next_block(iterator)
 
     def _put_block(self, block: Block, lineage: Lineage) -> None:
-        """One item for ``block``'s elements (standing for ``lineage``, if tracked).
+        """One item for ``block``'s elements, standing for ``lineage`` (EMPTY untracked).
 
         Elements too large to travel columnar go one by one, each standing
         for its own key.
@@ -378,10 +378,7 @@ class TaskRunner:
                 self._put(element, None, key)
             return
         item = Block(block.first, columns, block.n)
-        woke = self.output.put(
-            item, size, self._stop, lineage if self.output.tracked else EMPTY
-        )
-        if woke:
+        if self.output.put(item, size, self._stop, lineage):
             self._wake(self.task_id)
 
     def _produce_dealt(

@@ -45,6 +45,7 @@ from zmqdata._dataset.block import Block
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.records import RecordSource
 from zmqdata._dataset.validate import check_optional_int
+from zmqdata._wire.decoder import object_array
 from zmqdata.errors import InvalidArgumentError
 
 READ_BYTES = 4 << 20
@@ -227,15 +228,7 @@ def _list_values(pa: Any, name: str, array: Any, batched: bool) -> Any:
         return table if batched else list(table)
     bounds = ends.tolist()
     pieces = [values[lo:hi] for lo, hi in zip([0, *bounds[:-1]], bounds, strict=True)]
-    return _object_array(pieces) if batched else pieces
-
-
-def _object_array(pieces: list[np.ndarray]) -> np.ndarray:
-    """A 1-D object array holding ``pieces`` (numpy would stack equal shapes)."""
-    result = np.empty(len(pieces), dtype=object)
-    for index, piece in enumerate(pieces):
-        result[index] = piece
-    return result
+    return object_array(pieces) if batched else pieces
 
 
 def _column(pa: Any, name: str, array: Any, batched: bool) -> Any:
