@@ -65,3 +65,22 @@ def test_parallel_epochs_send_blocks_to_every_reader(cluster):
     c = cluster(num_workers=2)
     ds = zd.Dataset.range(3_000).apply(service.distribute("parallel_epochs", c.target))
     assert sorted(ints(ds)) == sorted(list(range(3_000)) * 2)
+
+
+@pytest.mark.parametrize("exactly_once", [True, False])
+def test_elements_made_one_at_a_time_travel_gathered_and_arrive_as_made(
+    cluster, exactly_once
+):
+    """A Python ``map`` after a ``shuffle``: the worker gathers its rows into blocks
+    (ragged arrays, keys out of order, a filter's elements of several keys alone)."""
+    c = cluster(num_workers=2)
+    ds = (
+        zd.Dataset.range(3_000)
+        .shuffle(64, seed=3)
+        .filter(lambda x: x % 10 != 0)
+        .map(lambda x: {"i": x, "t": np.arange(x % 7, dtype=np.int32), "s": str(x)})
+    )
+    remote = ds.apply(
+        service.distribute("distributed_epoch", c.target, exactly_once=exactly_once)
+    )
+    assert_bit_equal(by_id(list(remote)), by_id(list(ds)))

@@ -194,6 +194,32 @@ class _Unsupported(Exception):
         self.path: list[object] = []
 
 
+def signature(element: Any) -> tuple[Sig, list[Any]]:
+    """``element``'s signature and its leaves, depth first.
+
+    Raises ``InvalidArgumentError`` where the element cannot be encoded.
+
+    >>> signature({"a": np.int64(1)})
+    (('D', ('a',), (('s', dtype('int64')),)), [np.int64(1)])
+    """
+    sigs, rows = _signatures([element])
+    return sigs[0], rows[0]
+
+
+def without_lengths(sig: Sig) -> Sig:
+    """``sig`` with the lengths of its 1-D array leaves erased (a block's ragged columns).
+
+    >>> without_lengths(("T", (("a", np.dtype("int32"), (5,)), int)))
+    ('T', (('a', dtype('int32'), None), <class 'int'>))
+    """
+    if isinstance(sig, tuple):
+        if sig[0] in CONTAINERS:
+            return (*sig[:-1], tuple(without_lengths(child) for child in sig[-1]))
+        if sig[0] == "a" and len(sig[2]) == 1:
+            return ("a", sig[1], None)
+    return sig
+
+
 def _fast_signature(items: list[Any]) -> Sig | None:
     """The shared signature of a batch of same-typed scalars, else ``None``."""
     if not items:

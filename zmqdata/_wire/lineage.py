@@ -63,6 +63,25 @@ def join(first: Lineage, second: Lineage) -> Lineage:
     return first + second
 
 
+def cut(lineage: Lineage, k: int) -> tuple[Lineage, Lineage]:
+    """The first ``k`` keys of ``lineage`` and the rest (a block cut after ``k`` elements).
+
+    >>> cut((0, 3, 5, 9), 4), cut((0, 3, 5, 9), 3)
+    (((0, 3, 5, 6), (6, 9)), ((0, 3), (5, 9)))
+    """
+    for index in range(0, len(lineage), 2):
+        lo, hi = lineage[index], lineage[index + 1]
+        if hi - lo >= k:
+            mid = lo + k
+            head = (*lineage[:index], lo, mid) if k else lineage[:index]
+            rest = (
+                lineage[index + 2 :] if mid == hi else (mid, hi, *lineage[index + 2 :])
+            )
+            return head, rest
+        k -= hi - lo
+    return lineage, EMPTY
+
+
 def keys_only(lineage: Lineage) -> Lineage:
     """``lineage`` without its marks (``_dataset/marks.py``: negative pairs).
 

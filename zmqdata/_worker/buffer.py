@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._dataset.block import Block
-from zmqdata._wire.lineage import EMPTY, Coverage, Lineage
+from zmqdata._wire.lineage import EMPTY, Coverage, Lineage, cut
 from zmqdata._wire.progress import Mark
 from zmqdata._worker.handed import HandedKeys
 
@@ -221,10 +221,7 @@ class TaskBuffer:
         """
         head, rest = block.cut(k)
         share = nbytes * k // block.n
-        key = lineage[0] + k if lineage else 0
-        head_keys, rest_keys = (
-            ((lineage[0], key), (key, lineage[1])) if lineage else (EMPTY, EMPTY)
-        )
+        head_keys, rest_keys = cut(lineage, k)
         self._items.appendleft((rest, nbytes - share, rest_keys, None))
         return head, share, head_keys
 

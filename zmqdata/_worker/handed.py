@@ -64,8 +64,9 @@ class HandedKeys:
             n = 1 if counts is None else counts[index]
             if n == 1:
                 coverage.add(lineage)
-            else:
-                coverage.add_run(n, lineage[0], lineage[1], 1)
+            else:  # a block: one key per element, in ranges
+                for lo, hi in zip(lineage[::2], lineage[1::2], strict=True):
+                    coverage.add_run(hi - lo, lo, hi, 1)
             self._open.remove_all(lineage)
 
     def dropped(self, buffered: Iterable[Lineage]) -> Lineage:

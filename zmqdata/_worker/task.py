@@ -43,6 +43,7 @@ from zmqdata._worker import retained, sharding
 from zmqdata._worker.buffer import Cancelled, Encoded, Raw
 from zmqdata._worker.compression import TaskCompression
 from zmqdata._worker.dealt import DealtBuffer
+from zmqdata._worker.gather import BLOCK_ELEMENTS, Gather, Ready
 from zmqdata._worker.outputs import DealtOutput, output_for
 from zmqdata._worker.pipelines import Pipeline
 from zmqdata._worker.shared import TaskShare
@@ -55,8 +56,6 @@ INLINE_BYTES = 64 * 1024
 BUFFER_ITEMS = 8192
 """The most elements a task buffers (a block counts its elements; bytes bound it too)."""
 BUFFER_BYTES = 64 * 2**20
-BLOCK_ELEMENTS = 1024
-"""The most elements one block holds (a DYNAMIC split holds fewer)."""
 _NEVER = threading.Event()
 """Never set: what a task that drains at its splits' ends checks per element."""
 
@@ -307,8 +306,10 @@ class TaskRunner:
         # Counted here rather than by ``profile.timed()``: no call per element
         # on the hot path (W1's scalars).
         countdown = 0 if profile is None else 1  # elements to the next timed one
+        # Blocks: from the pipeline where it reads in bulk, else gathered here.
+        gather = Gather() if self.output.takes_blocks and marks is None else None
         try:
-            if self.output.takes_blocks and marks is None:
+            if gather is not None:
                 block = iterator.next_block(BLOCK_ELEMENTS)
                 if block is not None:
                     self._produce_blocks(iterator, block, profile, draining)
@@ -321,7 +322,13 @@ class TaskRunner:
                     return
                 if draining.is_set():
                     raise Cancelled
-                if not tracked:
+                if gather is not None:
+                    lineage = iterator.lineage if tracked else EMPTY
+                    ready = gather.add(element, lineage)
+                    if ready:
+                        self._put_ready(ready)
+                        gather.resumed()
+                elif not tracked:
                     self._put(element, timed)
                 elif marks is None:
                     self._put(element, timed, iterator.lineage)
@@ -334,7 +341,19 @@ class TaskRunner:
                         countdown = profile.begin()  # type: ignore[union-attr]
                         timed = profile
         finally:
-            iterator.close()
+            try:
+                if gather is not None and not self._stop.is_set():
+                    self._put_ready(gather.flush())  # made before an end or error
+            finally:
+                iterator.close()
+
+    def _put_ready(self, ready: list[Ready]) -> None:
+        """Puts what ``Gather`` has ready: blocks, and elements that go alone."""
+        for entry in ready:
+            if entry.alone:
+                self._put(entry.item, None, entry.lineage)
+            elif self.output.put(entry.item, entry.nbytes, self._stop, entry.lineage):
+                self._wake(self.task_id)
 
     def _produce_blocks(
         self,

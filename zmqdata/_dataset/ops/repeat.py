@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op, make_iterator
@@ -48,6 +49,17 @@ class _RepeatIterator(DatasetIterator):
             self._produced_this_pass += 1
             return element
         raise StopIteration
+
+    def next_block(self, limit: int) -> Block | None:
+        """The input's blocks, pass after pass (None where the input gives none)."""
+        while self._input is not None:
+            block = self._input.next_block(limit)
+            if block is None or block.n:
+                if block is not None:
+                    self._produced_this_pass += block.n
+                return block
+            self._next_pass()
+        return END
 
     def _next_pass(self) -> None:
         assert self._input is not None
@@ -117,3 +129,10 @@ class _LineageRepeatIterator(_RepeatIterator):
         assert self._input is not None  # it just returned an element
         self.lineage = self._input.lineage
         return element
+
+    def next_block(self, limit: int) -> Block | None:
+        block = super().next_block(limit)
+        if block is not None and block.n:
+            assert self._input is not None  # it just returned a block
+            self.lineage = self._input.lineage
+        return block

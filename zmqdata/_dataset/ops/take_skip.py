@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import (
     INFINITE_CARDINALITY,
     SHARD_HINT,
@@ -37,6 +39,28 @@ class _PositionIterator(UnaryIterator):
             if self.keep(self._position - 1):
                 return element
         raise StopIteration
+
+    def next_block(self, limit: int) -> Block | None:
+        """The input's blocks cut to what ``keep`` accepts (``take``, ``skip``).
+
+        Without lineage only (``consuming``): a kept element would stand for
+        the skipped ones before it, and a block for one key per element.
+        """
+        while self._stop is None or self._position < self._stop:
+            if self._stop is not None:
+                limit = min(limit, self._stop - self._position)
+            block = self._input.next_block(limit)
+            if block is None or not block.n:
+                return block
+            lo, self._position = self._position, self._position + block.n
+            first = self.first_kept(lo)
+            if first < self._position:
+                return block if first == lo else block.part(first - lo, block.n)
+        return END
+
+    def first_kept(self, position: int) -> int:
+        """The first position at or after ``position`` that ``keep`` accepts."""
+        return position
 
     def get_state(self) -> dict[str, Any]:
         return {"input": self._input.get_state(), "position": self._position}
@@ -72,6 +96,9 @@ class _SkipIterator(_PositionIterator):
     def keep(self, position: int) -> bool:
         return 0 <= self._count <= position
 
+    def first_kept(self, position: int) -> int:
+        return sys.maxsize if self._count < 0 else max(position, self._count)
+
 
 class Skip(Op):
     name = "skip"
@@ -98,6 +125,10 @@ class _ShardIterator(_PositionIterator):
 
     def keep(self, position: int) -> bool:
         return position % self._num_shards == self._index
+
+    def next_block(self, limit: int) -> Block | None:
+        """None: a shard's elements are not consecutive (one at a time)."""
+        return None
 
 
 class Shard(Op):

@@ -1,0 +1,181 @@
+"""Gathering: small elements a pipeline makes one at a time, buffered as blocks.
+
+A first-come task's producer (``task.py``) offers ``Gather`` each element its
+pipeline makes one at a time (ops with no ``next_block``: a Python ``map``, a
+``shuffle``, ...). Consecutive small elements of one structure gather into one
+``Block`` that is buffered, sent and acknowledged as one item and encoded once,
+columnar: an element then costs its signature and an append, not a buffer
+entry, a reply slot and a signature of its own at send time.
+
+A block goes (``add`` returns it) when it holds ``BLOCK_ELEMENTS`` elements or
+``BLOCK_BYTES``, once its first element waited ``MAX_WAIT_S``, and at once when
+elements come more than ``SLOW_S`` apart: a slow pipeline's elements are never
+held back (the producer calls ``resumed`` after putting, so that a wait for
+room in its output does not count). An element over ``SMALL_BYTES``, one that stands for other than one
+key (a ``filter``'s, a ``batch``'s) or one that cannot be encoded goes alone
+(``add`` returns it as ``Alone``), after what was gathered before it.
+
+>>> import numpy as np
+>>> gather = Gather(clock=lambda: 0.0)
+>>> gather.add({"x": np.int64(1)}, (0, 1)), gather.add({"x": np.int64(2)}, (1, 2))
+([], [])
+>>> [block] = gather.flush()
+>>> block.item.n, [int(x) for x in block.item.columns[0]], block.lineage, block.nbytes
+(2, [1, 2], (0, 2), 16)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from zmqdata._dataset.block import Block
+from zmqdata._wire import encoder
+from zmqdata._wire.decoder import object_array
+from zmqdata._wire.lineage import EMPTY, Lineage
+from zmqdata._wire.schema import CONTAINERS
+from zmqdata.errors import InvalidArgumentError
+
+BLOCK_ELEMENTS = 1024
+"""Elements in a block at most (what a source's ``next_block`` is asked for too)."""
+BLOCK_BYTES = 1 << 20
+"""A block goes once its elements hold this many bytes."""
+SMALL_BYTES = 4096
+"""Elements holding more bytes go alone (a block would copy them)."""
+MAX_WAIT_S = 0.002
+"""A block goes once its first element waited this long for more."""
+SLOW_S = 100e-6
+"""Elements that come further apart go at once: gathering would only delay them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What to put into the task's output now: a block, or an element alone."""
+
+    item: Any
+    """A ``Block``, or an element (``alone``)."""
+    lineage: Lineage
+    nbytes: int
+    """The bytes a block holds (0 for an element alone: the producer counts it)."""
+    alone: bool = False
+
+
+class Gather:
+    """Consecutive small elements of one structure, gathered into a block."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._first: Any = None
+        self._sig: encoder.Sig | None = None
+        self._loose: encoder.Sig | None = None  # ``_sig`` without 1-D lengths
+        self._rows: list[list[Any]] = []
+        self._keys: list[int] = []
+        self._nbytes = 0
+        self._started = self._last = 0.0
+
+    def add(self, element: Any, lineage: Lineage) -> list[Ready]:
+        """Gathers ``element`` (standing for ``lineage``); returns what is ready, in order."""
+        now = self._clock()
+        slow = now - self._last > SLOW_S
+        self._last = now
+        try:
+            sig, leaves = encoder.signature(element)
+        except InvalidArgumentError:  # the producer's put names the error
+            return [*self.flush(), Ready(element, lineage, 0, alone=True)]
+        nbytes = _nbytes(leaves)
+        fits = self._fits(sig)
+        if not fits and not _blockable(sig):
+            nbytes = SMALL_BYTES + 1
+        if nbytes > SMALL_BYTES or (lineage and not _one_key(lineage)):
+            return [*self.flush(), Ready(element, lineage, 0, alone=True)]
+        ready = [] if fits else self.flush()
+        if not self._rows:
+            self._first, self._sig, self._loose = element, sig, None
+            self._started = now
+        self._rows.append(leaves)
+        self._nbytes += nbytes
+        if lineage:
+            self._note(lineage)
+        if (
+            slow
+            or len(self._rows) >= BLOCK_ELEMENTS
+            or self._nbytes >= BLOCK_BYTES
+            or now - self._started > MAX_WAIT_S
+        ):
+            ready += self.flush()
+        return ready
+
+    def resumed(self) -> None:
+        """The producer is back from putting what was ready: that wait was not the pipeline's."""
+        self._last = self._clock()
+
+    def flush(self) -> list[Ready]:
+        """What is gathered, as one block (none if nothing is)."""
+        if not self._rows:
+            return []
+        columns = [_column(list(values)) for values in zip(*self._rows, strict=True)]
+        block = Block(self._first, columns, len(self._rows))
+        ready = Ready(block, tuple(self._keys) if self._keys else EMPTY, self._nbytes)
+        self._first = self._sig = self._loose = None
+        self._rows, self._keys, self._nbytes = [], [], 0
+        return [ready]
+
+    def _fits(self, sig: encoder.Sig) -> bool:
+        """Whether an element of ``sig`` joins the block gathered (or none is)."""
+        if sig == self._sig:
+            return True
+        if not self._rows:
+            return False
+        if self._loose is None:
+            self._loose = encoder.without_lengths(self._sig)  # type: ignore[arg-type]
+        return encoder.without_lengths(sig) == self._loose
+
+    def _note(self, lineage: Lineage) -> None:
+        """Adds the one key of ``lineage`` to the block's keys."""
+        keys = self._keys
+        if keys and keys[-1] == lineage[0]:
+            keys[-1] = lineage[1]
+        else:
+            keys += lineage
+
+
+def _one_key(lineage: Lineage) -> bool:
+    return len(lineage) == 2 and lineage[1] - lineage[0] == 1
+
+
+def _nbytes(leaves: list[Any]) -> int:
+    """About the bytes ``leaves`` hold."""
+    total = 0
+    for leaf in leaves:
+        nbytes = getattr(leaf, "nbytes", None)  # numpy arrays and scalars
+        total += sys.getsizeof(leaf) if nbytes is None else nbytes
+    return total
+
+
+def _blockable(sig: encoder.Sig) -> bool:
+    """Whether elements of ``sig`` fit a block's columns (no object-array leaf)."""
+    if not isinstance(sig, tuple):
+        return True
+    if sig[0] in CONTAINERS:
+        return all(_blockable(child) for child in sig[-1])
+    return bool(sig[0] != "o")
+
+
+def _column(values: list[Any]) -> Any:
+    """One leaf of the gathered elements as a block's column.
+
+    Arrays of one shape are stacked and 1-D arrays of several lengths held as
+    an object array (``"g"`` on the wire), both copies, so that a block pins no
+    larger array its elements were views of; other values stay a list.
+    """
+    head = values[0]
+    if not isinstance(head, np.ndarray):
+        return values
+    if head.ndim == 1 and any(len(value) != len(head) for value in values):
+        return object_array([value.copy() for value in values])
+    return np.stack(values)
