@@ -237,11 +237,14 @@ def test_a_service_read_is_dealt_to_the_one_process_and_each_call_reads_an_epoch
             (read,) = [
                 n for n in batches.dataset._node.walk() if n.op == "data_service"
             ]
-            assert (read.args["num_consumers"], read.args["consumer_index"]) == (1, 0)
+            options = read.args["options"]
+            assert (options.num_consumers, options.consumer_index) == (1, 0)
             assert batches.multi_rank
             epochs.append([i for b in batches for i in np.asarray(b["id"]).tolist()])
     (user_read,) = [n for n in ds._node.walk() if n.op == "data_service"]
-    assert user_read.args["num_consumers"] is None  # the user's dataset untouched
+    assert (
+        user_read.args["options"].num_consumers is None
+    )  # the user's dataset untouched
     for epoch in epochs:
         assert sorted(epoch) == list(range(NUM_ELEMENTS))
     assert epochs[0] != epochs[1]  # the seed draws a new split order each epoch

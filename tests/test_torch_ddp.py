@@ -20,6 +20,7 @@ import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -361,8 +362,11 @@ def test_num_consumers_is_filled_in_on_a_copy_only_when_missing(
     ds = pipeline(cluster().target, "j")
     (read,) = [n for n in ds._node.walk() if n.op == "data_service"]
 
-    def variant(**args: Any) -> zd.Dataset:
-        return zd.Dataset(Node("data_service", {**read.args, **args}, read.inputs))
+    def variant(cardinality: int | None = None, **options: Any) -> zd.Dataset:
+        args = {**read.args, "options": replace(read.args["options"], **options)}
+        if cardinality is not None:
+            args["cardinality"] = cardinality
+        return zd.Dataset(Node("data_service", args, read.inputs))
 
     info = types.SimpleNamespace(id=1, num_workers=2)
     monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: info)
@@ -370,9 +374,9 @@ def test_num_consumers_is_filled_in_on_a_copy_only_when_missing(
     assert adapter.consumers_of(ds) == (6, 5)  # 3 ranks * 2 workers; 2 * 2 + 1
     filled = adapter._with_consumers(ds)
     (filled_read,) = [n for n in filled._node.walk() if n.op == "data_service"]
-    assert filled_read.args["num_consumers"] == 6
-    assert filled_read.args["consumer_index"] == 5
-    assert read.args["num_consumers"] is None  # the user's dataset is untouched
+    assert filled_read.args["options"].num_consumers == 6
+    assert filled_read.args["options"].consumer_index == 5
+    assert read.args["options"].num_consumers is None  # the user's dataset untouched
     assert filled_read.inputs == read.inputs  # below the read: shared, not copied
     assert adapter._with_consumers(ds) is filled  # kept: pass counts carry on
 

@@ -6,6 +6,7 @@ each rank (or process) a consumer of the job, dealt its share in turn.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -28,15 +29,16 @@ def takes_consumers(node: Node) -> bool:
     whose consumers would otherwise split the elements first come first
     served.
     """
-    args = node.args
+    if node.op != "data_service":
+        return False
+    options = node.args["options"]
     return (
-        node.op == "data_service"
-        and args.get("processing_mode") == int(ShardingPolicy.DYNAMIC)
-        and args.get("job_name") is not None
-        and args.get("num_consumers") is None
-        and args.get("trainer_id") is None
-        and args.get("target_workers") != "LOCAL"
-        and args.get("cardinality") != INFINITE_CARDINALITY
+        options.processing_mode == ShardingPolicy.DYNAMIC
+        and options.job_name is not None
+        and options.num_consumers is None
+        and options.trainer_id is None
+        and options.target_workers != "LOCAL"
+        and node.args["cardinality"] != INFINITE_CARDINALITY
     )
 
 
@@ -48,11 +50,10 @@ def unnamed(node: Node) -> bool:
     each (under ``parallel_epochs`` every worker produces the whole dataset
     anyway).
     """
-    return (
-        node.op == "data_service"
-        and node.args.get("job_name") is None
-        and node.args.get("processing_mode") != int(ShardingPolicy.OFF)
-    )
+    if node.op != "data_service":
+        return False
+    options = node.args["options"]
+    return options.job_name is None and options.processing_mode != ShardingPolicy.OFF
 
 
 def with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
@@ -61,20 +62,27 @@ def with_consumers(node: Node, num_consumers: int, consumer_index: int) -> Node:
     Only the nodes from the root down to such a read are rebuilt (fresh nodes,
     so the caller's dataset is left as it was); the rest is shared.
     """
-    args = {"num_consumers": num_consumers, "consumer_index": consumer_index}
-    return _with_args(node, takes_consumers, args)
+    changes = {"num_consumers": num_consumers, "consumer_index": consumer_index}
+    return _with_options(node, takes_consumers, changes)
 
 
 def with_job_name(node: Node, job_name: str) -> Node:
     """``node`` with ``job_name`` set on its ``unnamed`` reads (as ``with_consumers``)."""
-    return _with_args(node, unnamed, {"job_name": job_name})
+    return _with_options(node, unnamed, {"job_name": job_name})
 
 
-def _with_args(node: Node, takes: Callable[[Node], bool], args: dict[str, Any]) -> Node:
-    """``node`` with ``args`` set on the nodes ``takes`` accepts; the rest shared."""
-    inputs = tuple(_with_args(child, takes, args) for child in node.inputs)
+def _with_options(
+    node: Node, takes: Callable[[Node], bool], changes: dict[str, Any]
+) -> Node:
+    """``node`` with ``changes`` to the read options of the nodes ``takes`` accepts.
+
+    A service read's ``options`` arg is a frozen ``ReadOptions``
+    (``_client/options.py``): a changed copy replaces it. The rest is shared.
+    """
+    inputs = tuple(_with_options(child, takes, changes) for child in node.inputs)
     if takes(node):
-        return Node(node.op, {**node.args, **args}, inputs)
+        options = dataclasses.replace(node.args["options"], **changes)
+        return Node(node.op, {**node.args, "options": options}, inputs)
     if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
         return node
     return Node(node.op, node.args, inputs)

@@ -174,7 +174,7 @@ class GlobalBatches(Iterator[Any]):
         self.dataset = _prepare(dataset, self.process_count, self.process_index)
         """The pipeline as this process reads it (consumers filled in, or sharded)."""
         self.multi_rank = any(
-            node.op == "data_service" and node.args.get("num_consumers") is not None
+            node.op == "data_service" and node.args["options"].num_consumers is not None
             for node in self.dataset._node.walk()
         )
         """Whether the positions of every process merge (``service.merge_positions``)."""

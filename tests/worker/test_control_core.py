@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from zmqdata._runtime.instruction import Instruction
 from zmqdata._wire import messages as m
 from zmqdata._worker.control_core import (
     DeleteTask,
     Drain,
-    Instruction,
     Left,
     RunSaves,
     Send,
@@ -35,13 +35,24 @@ def _view(tasks: list[list[Any]] | None = None, **fields: Any) -> WorkerView:
     )
 
 
+def _core(*args: Any, **kwargs: Any) -> WorkerControl:
+    """A core whose shell shows it an idle worker until a tick says otherwise."""
+    return WorkerControl(HEARTBEAT_S, _view, *args, **kwargs)
+
+
 def _sent(instructions: list[Instruction]) -> list[m.Message]:
     return [i.message for i in instructions if isinstance(i, Send)]
 
 
+def _seen(core: WorkerControl, now: float, view: WorkerView) -> list[Instruction]:
+    """``core.tick`` at ``now``, the shell showing it ``view``."""
+    core.view = lambda: view
+    return core.tick(now)
+
+
 def _tick(core: WorkerControl, now: float, view: WorkerView) -> list[Instruction]:
     """``core.tick``, its messages encoded (as sent) as the shell does."""
-    out = core.tick(now, view)
+    out = _seen(core, now, view)
     for message in _sent(out):
         core.encode(message, now)
     return out
@@ -57,7 +68,7 @@ def _register(core: WorkerControl, now: float) -> list[Instruction]:
 
 def _registered(heartbeat_max_ms: int = 4000) -> WorkerControl:
     """A core registered at t=0 as worker 7 (heartbeats due from t=1)."""
-    core = WorkerControl(HEARTBEAT_S, rng=lambda: 1.0)
+    core = _core(rng=lambda: 1.0)
     _register(core, now=0.0)
     core.handle(
         m.RegisterWorkerReply(
@@ -86,7 +97,7 @@ def _answer(core: WorkerControl, now: float, **reply: Any) -> list[Instruction]:
 
 def test_registers_with_its_registration_and_a_new_request_id() -> None:
     registration = m.RegisterWorker(worker_address="h:1", data_address="tcp://h:1")
-    core = WorkerControl(HEARTBEAT_S, registration)
+    core = _core(registration)
     [register] = _sent(_register(core, now=0.0))
     assert register == m.RegisterWorker(
         request_id=1, worker_address="h:1", data_address="tcp://h:1"
@@ -97,13 +108,13 @@ def test_registers_with_its_registration_and_a_new_request_id() -> None:
 
 
 def test_an_unanswered_registration_is_sent_again_with_backoff() -> None:
-    core = WorkerControl(HEARTBEAT_S, rng=lambda: 1.0)  # no jitter: the cap
+    core = _core(rng=lambda: 1.0)  # no jitter: the cap
     core.register(now=0.0)
     times, ids = [], []
     for _ in range(6):
         now = core.next_send
-        assert core.tick(now - 0.001, _view()) == []
-        [register] = _sent(core.tick(now, _view()))
+        assert _seen(core, now - 0.001, _view()) == []
+        [register] = _sent(_seen(core, now, _view()))
         assert isinstance(register, m.RegisterWorker)
         times.append(now)
         ids.append(register.request_id)
@@ -113,15 +124,15 @@ def test_an_unanswered_registration_is_sent_again_with_backoff() -> None:
 
 
 def test_the_registration_backoff_is_jittered_and_floored() -> None:
-    core = WorkerControl(HEARTBEAT_S, rng=lambda: 0.0)
+    core = _core(rng=lambda: 0.0)
     core.register(now=0.0)
     assert core.next_send == 0.05  # full jitter drew 0: the floor
-    core.tick(0.05, _view())
+    _seen(core, 0.05, _view())
     assert core.next_send == pytest.approx(0.1)
 
 
 def test_a_reply_registers_and_starts_its_tasks_then_heartbeats_are_due() -> None:
-    core = WorkerControl(HEARTBEAT_S, rng=lambda: 1.0)
+    core = _core(rng=lambda: 1.0)
     core.register(now=0.0)
     out = core.handle(
         m.RegisterWorkerReply(request_id=1, worker_id=7, tasks=[TASK]), now=0.5
@@ -129,7 +140,7 @@ def test_a_reply_registers_and_starts_its_tasks_then_heartbeats_are_due() -> Non
     assert out == [StartTasks([TASK])]
     assert core.worker_id == 7
     assert core.silent_s(now=9.0) == 0.0
-    assert core.tick(1.49, _view()) == []
+    assert _seen(core, 1.49, _view()) == []
     heartbeat = _beat(core, 1.5, _view([[3, False]]))
     assert (heartbeat.worker_id, heartbeat.tasks, heartbeat.base) == (
         7,
@@ -147,7 +158,7 @@ def test_not_found_registers_again_and_a_reply_resets_the_backoff() -> None:
     assert isinstance(register, m.RegisterWorker)
     assert core.worker_id is None
     assert core.next_send == pytest.approx(5.05)
-    assert _sent(core.tick(core.next_send, _view()))  # unanswered: again, later
+    assert _sent(_seen(core, core.next_send, _view()))  # unanswered: again, later
     assert core.next_send == pytest.approx(5.15)
     core.handle(m.RegisterWorkerReply(request_id=core.request_id, worker_id=8), 5.1)
     assert core.worker_id == 8
@@ -169,10 +180,10 @@ def test_quiet_heartbeats_stretch_to_the_ceiling_and_change_resets_them() -> Non
     for _ in range(5):
         _beat(core, now, view)
         sent_at.append(now)
-        assert core.tick(now, view) == []
+        assert _seen(core, now, view) == []
         _answer(core, now + 0.01)
         now = core.next_send
-        assert core.tick(now - 0.01, view) == []  # not due yet
+        assert _seen(core, now - 0.01, view) == []  # not due yet
     # The first reports the task (a change); then quiet: 1, 2, 4, 4 s apart.
     assert sent_at == [1.0, 2.0, 4.0, 8.0, 12.0]
     assert now == 16.0
@@ -215,14 +226,14 @@ def test_quiet_heartbeats_wait_while_split_requests_show_life() -> None:
     core = _at_ceiling()
     assert core.peer.version >= m.ADDED_IN["get_split_reply.period_ms"]
     _beat(core, 4.0, _view())  # quiet, and now the last one sent
-    assert core.tick(6.0, _view(asked_at=5.5)) == []
+    assert _seen(core, 6.0, _view(asked_at=5.5)) == []
     assert core.next_send == 7.5  # one interval past the split request
-    assert core.tick(7.5, _view(asked_at=7.0)) == []
+    assert _seen(core, 7.5, _view(asked_at=7.0)) == []
     assert core.next_send == 9.0
-    assert core.tick(9.0, _view(asked_at=8.9)) == []
+    assert _seen(core, 9.0, _view(asked_at=8.9)) == []
     assert core.next_send == pytest.approx(10.9)
     # STRETCH (4) intervals past the last heartbeat at most: t=12.
-    assert core.tick(10.9, _view(asked_at=10.8)) == []
+    assert _seen(core, 10.9, _view(asked_at=10.8)) == []
     assert core.next_send == 12.0
     _beat(core, 12.0, _view(asked_at=11.9))
 
@@ -301,12 +312,12 @@ def test_drains_then_leaves_once_its_tasks_are_settled() -> None:
     out = _answer(core, 1.3, new_tasks=[TASK], saves=[{"save_id": "s1"}])
     assert not [i for i in out if isinstance(i, StartTasks)]  # starts nothing
     assert out[-1] == RunSaves([{"save_id": "s1"}], worker_id=7, start=False)
-    assert Drain() not in core.tick(1.4, unsettled)  # once
+    assert Drain() not in _seen(core, 1.4, unsettled)  # once
     settled = _view([[3, True]], drain_requested=True, settled=True)
     leaving = _beat(core, 1.5, settled)
     assert leaving.draining
     assert leaving.leaving
-    assert not [i for i in core.tick(1.6, settled) if isinstance(i, Send)]
+    assert not [i for i in _seen(core, 1.6, settled) if isinstance(i, Send)]
     assert _answer(core, 1.7) == [TraceReplied(leaving.request_id, []), Left()]
 
 
@@ -321,10 +332,10 @@ def test_told_to_leave_now_it_leaves_unsettled() -> None:
 
 
 def test_a_worker_not_registered_leaves_at_once_when_drained() -> None:
-    core = WorkerControl(HEARTBEAT_S, rng=lambda: 1.0)
+    core = _core(rng=lambda: 1.0)
     core.register(now=0.0)
     core.handle(m.Error(code="INTERNAL", message="busy"), now=0.01)  # answered
-    out = core.tick(0.05, _view(drain_requested=True))
+    out = _seen(core, 0.05, _view(drain_requested=True))
     assert out == [Drain(), Left()]
 
 

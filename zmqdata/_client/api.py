@@ -7,11 +7,12 @@ Arguments are validated before anything contacts the network, with the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zmqdata._client import rpc, settings
 from zmqdata._client.options import ReadOptions
+from zmqdata._client.position import progress_for
 from zmqdata._client.reader import DistributedIterator, open_job
 from zmqdata._config import REQUEST_OVERHEAD_BYTES, check_pipeline_size
 from zmqdata._dataset import graph
@@ -162,7 +163,7 @@ def _trainer_id(value: Any, job_name: str | None, coordinated: bool) -> str | No
     return value.trainer_id
 
 
-def _read_args(
+def _read_options(
     processing_mode: Any,
     service: Any,
     job_name: Any,
@@ -174,8 +175,12 @@ def _read_args(
     target_workers: Any,
     exactly_once: Any,
     seed: Any = None,
-) -> dict[str, Any]:
-    """Validates the reading arguments shared by distribute and from_dataset_id."""
+) -> ReadOptions:
+    """Validates the reading arguments shared by distribute and from_dataset_id.
+
+    The options of a dataset not named yet (``dataset_id`` empty): the caller
+    names it (``replace``) once it knows it.
+    """
     if not isinstance(exactly_once, bool):
         raise TypeError(f"exactly_once must be a bool, got {exactly_once!r}")
     mode = _processing_mode(processing_mode)
@@ -191,22 +196,22 @@ def _read_args(
     target = dispatcher_target(service)
     job_name = _job_name(job_name)
     consumer_index, num_consumers = _consumers(job_name, consumer_index, num_consumers)
-    read = {
-        "service": target,
-        "processing_mode": int(mode),
-        "job_name": job_name,
-        "consumer_index": consumer_index,
-        "num_consumers": num_consumers,
-        "max_outstanding_requests": _max_outstanding(max_outstanding_requests),
-        "data_transfer_protocol": _data_protocol(data_transfer_protocol),
-        "target_workers": _target_workers(target_workers, mode),
-        "trainer_id": _trainer_id(
+    return ReadOptions(
+        service=target,
+        dataset_id="",
+        processing_mode=int(mode),
+        job_name=job_name,
+        max_outstanding_requests=_max_outstanding(max_outstanding_requests),
+        data_transfer_protocol=_data_protocol(data_transfer_protocol),
+        target_workers=_target_workers(target_workers, mode),
+        consumer_index=consumer_index,
+        num_consumers=num_consumers,
+        trainer_id=_trainer_id(
             cross_trainer_cache, job_name, num_consumers is not None
         ),
-        "exactly_once": exactly_once,
-        "seed": seed,
-    }
-    return read
+        exactly_once=exactly_once,
+        seed=seed,
+    )
 
 
 # ------------------------------------------------------------------ public calls
@@ -289,7 +294,7 @@ def from_dataset_id(
     whether the dataset is infinite; an unknown id raises
     ``zmqdata.errors.NotFoundError``. ``service=None``: ``ZMQDATA_DISPATCHER``.
     """
-    read = _read_args(
+    read = _read_options(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
         target_workers, exactly_once, seed,
@@ -297,19 +302,15 @@ def from_dataset_id(
     if not isinstance(dataset_id, str) or not dataset_id:
         raise ValueError(f"dataset_id must be a non-empty str, got {dataset_id!r}")
     reply = rpc.call(
-        read["service"],
+        read.service,
         m.GetDatasetInfo(dataset_id=dataset_id),
         m.GetDatasetInfoReply,
         settings.current().dispatcher_timeout_s,
     )
-    infinite = reply.cardinality == INFINITE_CARDINALITY
     return _service_dataset(
-        **read,
-        dataset_id=dataset_id,
-        element_spec=reply.element_spec
-        if element_spec is None
-        else encode_spec(element_spec),
-        cardinality=INFINITE_CARDINALITY if infinite else UNKNOWN_CARDINALITY,
+        replace(read, dataset_id=dataset_id),
+        reply.element_spec if element_spec is None else encode_spec(element_spec),
+        reply.cardinality == INFINITE_CARDINALITY,
     )
 
 
@@ -345,7 +346,7 @@ def distribute(
     [1, 11, 21, 31, 41]
     >>> worker.stop(); dispatcher.stop()
     """
-    read = _read_args(
+    read = _read_options(
         processing_mode, service, job_name, consumer_index, num_consumers,
         max_outstanding_requests, data_transfer_protocol, cross_trainer_cache,
         target_workers, exactly_once, seed,
@@ -353,13 +354,11 @@ def distribute(
     compression = _compression(compression)
 
     def apply(dataset: Dataset) -> Dataset:
-        dataset_id = register_dataset(read["service"], dataset, compression=compression)
-        infinite = dataset.cardinality() == INFINITE_CARDINALITY
+        dataset_id = register_dataset(read.service, dataset, compression=compression)
         return _service_dataset(
-            **read,
-            dataset_id=dataset_id,
-            element_spec=encode_spec(dataset.element_spec),
-            cardinality=INFINITE_CARDINALITY if infinite else UNKNOWN_CARDINALITY,
+            replace(read, dataset_id=dataset_id),
+            encode_spec(dataset.element_spec),
+            dataset.cardinality() == INFINITE_CARDINALITY,
         )
 
     return apply
@@ -386,7 +385,20 @@ def get_status(
 # ------------------------------------------------------------------ the op
 
 
-def _service_dataset(**args: Any) -> Dataset:
+def _service_dataset(
+    options: ReadOptions, element_spec: bytes, infinite: bool
+) -> Dataset:
+    """A dataset reading the service as ``options`` say: one ``data_service`` node.
+
+    Its args: the ``options`` themselves, the encoded ``element_spec`` and the
+    ``cardinality`` (infinite, or unknown: the service knows no more).
+    """
+    cardinality = INFINITE_CARDINALITY if infinite else UNKNOWN_CARDINALITY
+    args = {
+        "options": options,
+        "element_spec": element_spec,
+        "cardinality": cardinality,
+    }
     return Dataset(Node("data_service", args))
 
 
@@ -402,22 +414,8 @@ class DataService(Op):
         return decode_spec(node.args["element_spec"])
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        args = node.args
+        options: ReadOptions = node.args["options"]
         current = settings.current()
-        options = ReadOptions(
-            service=args["service"],
-            dataset_id=args["dataset_id"],
-            processing_mode=args["processing_mode"],
-            job_name=args["job_name"],
-            max_outstanding_requests=args["max_outstanding_requests"],
-            data_transfer_protocol=args["data_transfer_protocol"],
-            target_workers=args["target_workers"],
-            consumer_index=args["consumer_index"],
-            num_consumers=args["num_consumers"],
-            trainer_id=args["trainer_id"],
-            exactly_once=args.get("exactly_once", True),
-            seed=args.get("seed"),
-        )
         if options.target_workers == "LOCAL" and not LOCAL_WORKERS.count:
             raise FailedPreconditionError(
                 "target_workers='LOCAL' reads only from workers in this process, "
@@ -426,9 +424,5 @@ class DataService(Op):
             )
         job_id = open_job(options, current)
         repetition = node.next_pass() if options.job_name is not None else 0
-        dealt = (
-            options.processing_mode == ShardingPolicy.DYNAMIC
-            and options.num_consumers is not None
-            and args["cardinality"] != INFINITE_CARDINALITY
-        )
-        return DistributedIterator(options, current, job_id, repetition, dealt)
+        progress = progress_for(options, node.args["cardinality"])
+        return DistributedIterator(options, current, job_id, repetition, progress)

@@ -2,7 +2,8 @@
 
 The read core (``core.ReadCore``) has the dispatcher's shape
 (``_dispatcher/state.py``): ``handle(event, now)`` and ``tick(now)`` return
-instructions, and the fetcher thread (``reader.Fetcher``), which owns the
+instructions (each an ``Instruction``, the base the three roles' cores
+share), and the fetcher thread (``reader.Fetcher``), which owns the
 sockets, the queue and the clock, carries them out. A send the shell could not
 queue comes back as an ``Unsent`` event. Everything here is plain data.
 
@@ -17,9 +18,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from zmqdata._runtime.instruction import Instruction
 from zmqdata._wire import frames
 from zmqdata._wire import messages as m
 from zmqdata.errors import ZmqDataError
+
+__all__ = [
+    "Batch",
+    "Broken",
+    "Closing",
+    "Deliver",
+    "Drained",
+    "Dropped",
+    "End",
+    "Event",
+    "Fail",
+    "FromDispatcher",
+    "FromWorker",
+    "Instruction",
+    "LinksLost",
+    "Started",
+    "ToDispatcher",
+    "ToWorker",
+    "Unsent",
+    "received",
+]
 
 
 class Batch(NamedTuple):
@@ -121,7 +144,7 @@ Event = (
 
 
 @dataclass(frozen=True, slots=True)
-class ToWorker:
+class ToWorker(Instruction):
     """Send ``request`` to the worker at ``endpoint``, without blocking."""
 
     endpoint: str
@@ -129,39 +152,36 @@ class ToWorker:
 
 
 @dataclass(frozen=True, slots=True)
-class ToDispatcher:
+class ToDispatcher(Instruction):
     """Send ``message`` (a heartbeat, the release) to the dispatcher."""
 
     message: m.Message
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Deliver:
+class Deliver(Instruction):
     """Hand ``batch`` to the trainer."""
 
     batch: Batch
 
 
 @dataclass(frozen=True, slots=True)
-class End:
+class End(Instruction):
     """The read is over: tell the trainer."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Fail:
+class Fail(Instruction):
     """The read failed with ``error``: tell the trainer."""
 
     error: BaseException
 
 
 @dataclass(frozen=True, slots=True)
-class Dropped:
+class Dropped(Instruction):
     """``elements`` held after a silence were of lost tasks: dropped (logged)."""
 
     elements: int
-
-
-Instruction = ToWorker | ToDispatcher | Deliver | End | Fail | Dropped
 
 
 def received(

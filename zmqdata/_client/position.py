@@ -9,8 +9,13 @@ Resuming asks the dispatcher for a new iteration that hands out only the
 other keys, so the elements buffered or in flight at save time come again,
 and none that was consumed does.
 
+A read's progress is one of two objects with one interface (``Progress``),
+picked once for the read (``progress_for``): ``Position`` (keys) or, for a
+multi-rank read, ``DealtProgress`` (this consumer's share of the dealt job).
+
+>>> from zmqdata._client.instructions import Batch
 >>> position = Position()
->>> position.took([0, 4], [4, 1])  # a reply of 4 elements covering keys 0..3
+>>> position.took(Batch([10, 11, 12, 13], 0, [0, 4], [4, 1], []))  # keys 0..3
 >>> position.consumed(unconsumed=1)  # one of them not handed out yet
 [0, 3]
 """
@@ -20,11 +25,14 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from zmqdata._client.instructions import Batch
 from zmqdata._client.options import ReadOptions
 from zmqdata._dataset import saved
+from zmqdata._dataset.constants import INFINITE_CARDINALITY
 from zmqdata._wire import deal
+from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Coverage, Ranges
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
@@ -35,19 +43,79 @@ keys number source elements or, for a pipeline with a 1-to-many op, split
 outputs (``_wire/outputs.py``): the dispatcher refuses the other kind."""
 
 
+class Progress(Protocol):
+    """What a read consumed, to save it and resume: told by the trainer thread."""
+
+    lazy: bool
+    """Whether the read joins its iteration at its first element (or save),
+    not when it is opened: a restore before then starts the iteration there."""
+
+    def iteration(
+        self, job_id: int, repetition: int, resume: list[int] | None
+    ) -> m.GetOrCreateIteration:
+        """The request joining an iteration, resuming at ``resume`` (``resume_from``)."""
+
+    def started(self, state: m.IterationState, resume: list[int] | None) -> None:
+        """The iteration joined (resuming at ``resume``): counts from there."""
+
+    def took(self, batch: Batch) -> None:
+        """A batch was taken from the queue; its elements are handed out next."""
+
+    def consumed_one(self) -> None:
+        """An element was handed out."""
+
+    def state(self, options: ReadOptions, unconsumed: int) -> dict[str, Any]:
+        """The saved position (``get_state``); ``unconsumed``: the batch's rest."""
+
+    def resume_from(self, options: ReadOptions, state: Any) -> list[int]:
+        """Where a saved ``state`` resumes, checked against this read (``set_state``)."""
+
+
+def progress_for(options: ReadOptions, cardinality: int) -> Progress:
+    """A read's progress: dealt for a multi-rank read, else by keys.
+
+    A multi-rank read is a finite ``distributed_epoch`` read with ``num_consumers``.
+    """
+    dealt = (
+        options.processing_mode == ShardingPolicy.DYNAMIC
+        and options.num_consumers is not None
+        and cardinality != INFINITE_CARDINALITY
+    )
+    return DealtProgress() if dealt else Position()
+
+
 class Position:
     """The keys a trainer consumed (trainer thread only)."""
 
-    def __init__(self, consumed: Sequence[int] = ()) -> None:
+    lazy = False
+
+    def __init__(self) -> None:
+        self._from(())
+
+    def _from(self, consumed: Sequence[int]) -> None:
+        """Counts from the keys ``consumed`` (flat ranges), no batch taken."""
         self._taken = Ranges()
         self._taken.add_all(consumed)
         self._keys: Sequence[int] = []
         self._widths: Sequence[int] = []
 
-    def took(self, keys: Sequence[int], widths: Sequence[int]) -> None:
-        """A batch was taken from the queue; its elements are handed out next."""
-        self._taken.add_all(keys)
-        self._keys, self._widths = keys, widths
+    def iteration(
+        self, job_id: int, repetition: int, resume: list[int] | None
+    ) -> m.GetOrCreateIteration:
+        return m.GetOrCreateIteration(
+            job_id=job_id, repetition=repetition, resume=resume
+        )
+
+    def started(self, state: m.IterationState, resume: list[int] | None) -> None:
+        self._from(resume or ())
+
+    def took(self, batch: Batch) -> None:
+        if batch.keys:
+            self._taken.add_all(batch.keys)
+            self._keys, self._widths = batch.keys, batch.widths
+
+    def consumed_one(self) -> None:
+        """Nothing to count: the batch's rest is known when the state is saved."""
 
     def consumed(self, unconsumed: int) -> list[int]:
         """The keys consumed (flat ranges).
@@ -58,6 +126,12 @@ class Position:
         if unconsumed:
             consumed.remove_all(Coverage.tail(self._keys, self._widths, unconsumed))
         return list(consumed)
+
+    def state(self, options: ReadOptions, unconsumed: int) -> dict[str, Any]:
+        return state_of(options, self.consumed(unconsumed))
+
+    def resume_from(self, options: ReadOptions, state: Any) -> list[int]:
+        return consumed_in(options, state)
 
 
 def check_resumable(options: ReadOptions) -> None:
@@ -117,30 +191,43 @@ class DealtProgress:
 
     The trainer thread counts the elements it handed out and keeps the split
     (``[ordinal, offset]``) of the last one: the anchor a merged position
-    resumes from (``deal.merge``).
+    resumes from (``deal.merge``). It joins its iteration lazily: every rank
+    restores the merged position before its first element.
     """
 
+    lazy = True
+
     def __init__(self) -> None:
-        self._info: dict[str, Any] = {}
+        self._from({})
+
+    def _from(self, info: dict[str, Any]) -> None:
+        """Counts from the start of the iteration ``info`` (``IterationState.deal``)."""
+        self._info = info
         self._anchors: deque[tuple[int, int]] = deque()
-        self._anchor = (0, 0)
+        self._anchor = (int(info.get("start", 0)), int(info.get("stream", [0])[0]))
         self._consumed = 0
 
-    def started(self, info: dict[str, Any]) -> None:
-        """The iteration's ``IterationState.deal``: its epoch and stream."""
-        self._info = info
-        self._anchor = (int(info.get("start", 0)), int(info.get("stream", [0])[0]))
+    def iteration(
+        self, job_id: int, repetition: int, resume: list[int] | None
+    ) -> m.GetOrCreateIteration:
+        return m.GetOrCreateIteration(
+            job_id=job_id, repetition=repetition, resume_deal=resume
+        )
 
-    def took(self, anchors: Sequence[int]) -> None:
-        """A batch of elements is handed out next, from these splits."""
+    def started(self, state: m.IterationState, resume: list[int] | None) -> None:
+        """The iteration's ``deal`` (its epoch and stream) holds where it resumed."""
+        self._from(state.deal)
+
+    def took(self, batch: Batch) -> None:
+        anchors = batch.anchors
         self._anchors.extend(zip(anchors[::2], anchors[1::2], strict=True))
 
     def consumed_one(self) -> None:
         self._anchor = self._anchors.popleft()
         self._consumed += 1
 
-    def state(self, options: ReadOptions) -> dict[str, Any]:
-        """This consumer's position (``get_state``)."""
+    def state(self, options: ReadOptions, unconsumed: int) -> dict[str, Any]:
+        """This consumer's position (``get_state``): what it handed out."""
         assert options.num_consumers is not None
         assert options.consumer_index is not None
         stream = [int(v) for v in self._info.get("stream", [0])]
@@ -155,6 +242,9 @@ class DealtProgress:
             anchor=self._anchor,
             job=options.job_name or "",
         ).to_state()
+
+    def resume_from(self, options: ReadOptions, state: Any) -> list[int]:
+        return resume_of(options, state).to_wire()
 
 
 def resume_of(options: ReadOptions, state: Any) -> deal.Resume:

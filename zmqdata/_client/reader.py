@@ -52,13 +52,7 @@ from zmqdata._client.instructions import (
 )
 from zmqdata._client.links import Links
 from zmqdata._client.options import ReadOptions, Timeouts
-from zmqdata._client.position import (
-    DealtProgress,
-    Position,
-    consumed_in,
-    resume_of,
-    state_of,
-)
+from zmqdata._client.position import Progress
 from zmqdata._client.rounds import RoundPlan
 from zmqdata._client.segments import Claims
 from zmqdata._client.settings import ClientSettings
@@ -183,18 +177,23 @@ class Fetcher(PollLoop):
         A request that could not be queued goes back to the core (``Unsent``).
         """
         for instruction in instructions:
-            if isinstance(instruction, ToWorker):
-                if not self._to_worker(instruction.endpoint, instruction.request):
-                    self._handle(Unsent(instruction.request), clock.now())
-            elif isinstance(instruction, ToDispatcher):
-                self.to_dispatcher(instruction.message)
-            elif isinstance(instruction, Dropped):
-                logger.info(
-                    "dropped %d elements of lost tasks received after a silence",
-                    instruction.elements,
-                )
-            else:
-                self._out.put(_for_trainer(instruction))
+            match instruction:
+                case ToWorker():
+                    if not self._to_worker(instruction.endpoint, instruction.request):
+                        self._handle(Unsent(instruction.request), clock.now())
+                case ToDispatcher():
+                    self.to_dispatcher(instruction.message)
+                case Dropped():
+                    logger.info(
+                        "dropped %d elements of lost tasks received after a silence",
+                        instruction.elements,
+                    )
+                case Deliver():
+                    self._out.put(instruction.batch)
+                case End():
+                    self._out.put(END)
+                case Fail():
+                    self._out.put(Failure(instruction.error))
 
     def _to_worker(self, endpoint: str, request: m.GetElements) -> bool:
         """Sends ``request`` without blocking; False when it could not be queued."""
@@ -364,10 +363,11 @@ class DistributedIterator(DatasetIterator):
     A ``distributed_epoch`` read of its own (no ``job_name``) can save its
     position (``get_state``: the source keys consumed, no element) and
     resume from one (``set_state``: a new iteration that hands out only the
-    keys not consumed; see ``position.py``). So can each consumer of a
-    multi-rank read (``dealt``); such a read joins its iteration on its first
-    element, so that ``set_state`` before it (every rank restoring the merged
-    position) starts the iteration there.
+    keys not consumed). So can each consumer of a multi-rank read. What the
+    read consumed is its ``progress`` (``position.py``: by keys, or dealt),
+    which also says when the read joins its iteration: at once, or (a
+    multi-rank read) on its first element, so that ``set_state`` before it
+    (every rank restoring the merged position) starts the iteration there.
     """
 
     def __init__(
@@ -376,34 +376,24 @@ class DistributedIterator(DatasetIterator):
         settings: ClientSettings,
         job_id: int,
         repetition: int,
-        dealt: bool = False,
+        progress: Progress,
     ) -> None:
         self._options, self._settings = options, settings
         self._closed = True
-        self._dealt = DealtProgress() if dealt else None
+        self._progress = progress
         self._pending: tuple[int, int] | None = (job_id, repetition)
-        if not dealt:
+        if not progress.lazy:
             self._start_pending(None)
 
-    def _start_pending(
-        self, resume: list[int] | None, deal: list[int] | None = None
-    ) -> None:
-        """Joins the iteration this iterator reads (once)."""
+    def _start_pending(self, resume: list[int] | None) -> None:
+        """Joins the iteration this iterator reads (once), resuming at ``resume``."""
         if self._pending is not None:
             job_id, repetition = self._pending
             self._pending = None
-            self._start(job_id, repetition, resume, deal)
+            self._start(job_id, repetition, resume)
 
-    def _start(
-        self,
-        job_id: int,
-        repetition: int,
-        resume: list[int] | None,
-        resume_deal: list[int] | None = None,
-    ) -> None:
-        request = m.GetOrCreateIteration(
-            job_id=job_id, repetition=repetition, resume=resume, resume_deal=resume_deal
-        )
+    def _start(self, job_id: int, repetition: int, resume: list[int] | None) -> None:
+        request = self._progress.iteration(job_id, repetition, resume)
         state = rpc.call(
             self._options.service,
             request,
@@ -418,8 +408,7 @@ class DistributedIterator(DatasetIterator):
                 repetition,
                 self._options.job_name,
             )
-        if self._dealt is not None:
-            self._dealt.started(state.deal)
+        self._progress.started(state, resume)
         # A SimpleQueue: Ctrl-C in a ``queue.Queue`` wait can leave its lock
         # taken (or released under the fetcher), and the next put hang.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -428,7 +417,6 @@ class DistributedIterator(DatasetIterator):
         self._local_bytes = 0
         self._returned_ns = 0
         """A trace window: when ``next()`` last returned (a "step" starts)."""
-        self._position = Position(resume or ())
         self._fetcher = Fetcher(
             self._options, self._settings, state, self._queue, self._counters
         )
@@ -462,8 +450,7 @@ class DistributedIterator(DatasetIterator):
         if not local:  # per batch, not per element
             self._refill()
         element = local.popleft()
-        if self._dealt is not None:
-            self._dealt.consumed_one()
+        self._progress.consumed_one()
         if not local:  # a batch's bytes count as buffered until handed out
             counters.consumed_bytes += self._local_bytes
             self._local_bytes = 0
@@ -509,10 +496,7 @@ class DistributedIterator(DatasetIterator):
         self._local.extend(batch.elements)  # then counted: credit lags, never leads
         self._counters.taken += len(batch.elements)
         self._local_bytes = batch.nbytes
-        if batch.keys:
-            self._position.took(batch.keys, batch.widths)
-        if self._dealt is not None:
-            self._dealt.took(batch.anchors)
+        self._progress.took(batch)
 
     def get_state(self) -> dict[str, Any]:
         """The read's position: the source keys consumed (small: no element).
@@ -521,10 +505,8 @@ class DistributedIterator(DatasetIterator):
         resumed (``parallel_epochs``, a shared job, coordinated reads). A
         multi-rank read's is this consumer's share (``service.merge_positions``).
         """
-        if self._dealt is not None:
-            self._start_pending(None)
-            return self._dealt.state(self._options)
-        return state_of(self._options, self._position.consumed(len(self._local)))
+        self._start_pending(None)
+        return self._progress.state(self._options, len(self._local))
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a saved position: a new job hands out the keys not consumed.
@@ -532,19 +514,11 @@ class DistributedIterator(DatasetIterator):
         The elements that were buffered or in flight when the state was saved
         come again; none that had been consumed does.
         """
-        if self._dealt is not None:
-            resume = resume_of(self._options, state)
-            pending = self._pending
-            self.close()
-            self._dealt = DealtProgress()
-            job_id = open_job(self._options, self._settings)
-            repetition = 0 if pending is None else pending[1]
-            self._pending = (job_id, repetition)
-            self._start_pending(None, resume.to_wire())
-            return
-        consumed = consumed_in(self._options, state)
+        resume = self._progress.resume_from(self._options, state)
+        pending = self._pending
         self.close()
-        self._start(open_job(self._options, self._settings), 0, consumed)
+        job_id = open_job(self._options, self._settings)
+        self._start(job_id, 0 if pending is None else pending[1], resume)
 
     def close(self) -> None:
         """Stops the fetcher (and releases this reader); idempotent, any thread.
@@ -564,15 +538,6 @@ class DistributedIterator(DatasetIterator):
         # closed every open reader while it could still run.
         if not getattr(self, "_closed", True) and not sys.is_finalizing():
             self.close()
-
-
-def _for_trainer(instruction: Deliver | End | Fail) -> Any:
-    """What goes on the trainer's queue for ``instruction``."""
-    if isinstance(instruction, Deliver):
-        return instruction.batch
-    if isinstance(instruction, End):
-        return END
-    return Failure(instruction.error)
 
 
 _open_iterators: weakref.WeakSet[DistributedIterator] = weakref.WeakSet()

@@ -31,7 +31,7 @@ True
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any
 
 import cloudpickle
@@ -81,7 +81,7 @@ def _encode_value(value: Any) -> Any:
         return msgpack.ExtType(_EXT_CONSTANT, msgpack.packb(parts))
     if isinstance(value, PickledFunction):
         return msgpack.ExtType(_EXT_FUNCTION, value.payload)
-    if callable(value):
+    if callable(value) or is_dataclass(value):  # a service read's ReadOptions too
         return msgpack.ExtType(_EXT_FUNCTION, cloudpickle.dumps(value))
     raise TypeError(f"cannot serialize pipeline argument {value!r}")
 

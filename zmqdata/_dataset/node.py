@@ -61,7 +61,7 @@ class Node:
 
     def reads_named_job(self) -> bool:
         """Whether this node reads a named service job (one that others may share)."""
-        return self.op == "data_service" and self.args.get("job_name") is not None
+        return self.op == "data_service" and self.args["options"].job_name is not None
 
     @property
     def definition(self) -> Op:

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Container, Iterable
 
 from zmqdata._dispatcher.model import Client
-from zmqdata._dispatcher.state import Outgoing
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._runtime import auth
 from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskInfo
@@ -89,7 +89,7 @@ class Access:
         for to, message in outgoing:
             if to == peer and isinstance(message, m.IterationState):
                 message = self._signed(user, message)
-            signed.append((to, message))
+            signed.append(Outgoing(to, message))
         return signed
 
     def _signed(self, user: str, state: m.IterationState) -> m.Message:

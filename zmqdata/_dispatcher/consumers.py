@@ -26,11 +26,12 @@ from zmqdata._dispatcher import (
     trace_requests,
 )
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._wire import messages as m
 from zmqdata.errors import FailedPreconditionError, NotFoundError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 ROUND_MARGIN = 1024
 """Coordinated reads: rounds promised ahead of the furthest consumer."""
@@ -43,7 +44,7 @@ def get_or_create_iteration(
     records = state.records
     client = records.clients.get(records.created_by.get(msg.request_key, 0))
     if client is not None:  # a retry of a request already done
-        return [(peer, state_of(state, client, msg.request_id))]
+        return [Outgoing(peer, state_of(state, client, msg.request_id))]
     job = records.jobs.get(msg.job_id)
     if job is None:
         raise NotFoundError(f"job {msg.job_id} does not exist")
@@ -70,7 +71,7 @@ def get_or_create_iteration(
     )
     state.apply(acquired)
     reply = state_of(state, records.clients[client_id], msg.request_id)
-    return [(peer, reply), *out]
+    return [Outgoing(peer, reply), *out]
 
 
 def _start(state: DispatcherState, iteration: model.Iteration) -> list[Outgoing]:
@@ -125,7 +126,7 @@ def heartbeat(
         key = ("client", client.client_id)
         trace = state.traces.announce(key, name, trace_requests.ns(now))
         reply = dataclasses.replace(reply, trace=trace)
-    return [(peer, reply), *out]
+    return [Outgoing(peer, reply), *out]
 
 
 def _client(state: DispatcherState, client_id: int) -> model.Client:
@@ -207,7 +208,7 @@ def release_client(
         acks.ack(state, iteration, msg.acked)
         _deal_progress(state, iteration, msg.deal)
         out = release(state, client, now)
-    return [(peer, m.Ok(request_id=msg.request_id)), *out]
+    return [Outgoing(peer, m.Ok(request_id=msg.request_id)), *out]
 
 
 def release(state: DispatcherState, client: model.Client, now: float) -> list[Outgoing]:

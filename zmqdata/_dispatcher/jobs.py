@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING
 from zmqdata._dataset import graph
 from zmqdata._dispatcher import checks, dealing, model, placement, tasking
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
 from zmqdata._wire.modes import is_tracked
 from zmqdata.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 logger = logging.getLogger("zmqdata.dispatcher")
 
@@ -62,7 +63,7 @@ def get_or_register_dataset(
     reply = m.GetOrRegisterDatasetReply(
         request_id=msg.request_id, dataset_id=dataset_id
     )
-    return [(peer, reply)]
+    return [Outgoing(peer, reply)]
 
 
 def _unused_dataset_id(records: ClusterRecords) -> str:
@@ -92,7 +93,7 @@ def get_dataset_info(
         compression=dataset.compression,
         cardinality=dataset.cardinality,
     )
-    return [(peer, reply)]
+    return [Outgoing(peer, reply)]
 
 
 def get_or_create_job(
@@ -103,13 +104,13 @@ def get_or_create_job(
     created_before = records.created_by.get(msg.request_key)
     if created_before in records.jobs:  # a retry of a request already done
         reply = m.GetOrCreateJobReply(request_id=msg.request_id, job_id=created_before)
-        return [(peer, reply)]
+        return [Outgoing(peer, reply)]
     dataset = dataset_of(records, msg.dataset_id)
     checks.check_job(msg, dataset, state.config)
     job_id = _create_or_find_job(state, msg, dataset)
     reply = m.GetOrCreateJobReply(request_id=msg.request_id, job_id=job_id)
     job = records.jobs[job_id]
-    return [(peer, reply), *_join(state, job, msg.local_process)]
+    return [Outgoing(peer, reply), *_join(state, job, msg.local_process)]
 
 
 def _create_or_find_job(

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 from zmqdata._dataset import snapshot
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import jobs, model, saving
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._wire import messages as m
 from zmqdata.errors import FailedPreconditionError, NotFoundError, ZmqDataError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 logger = logging.getLogger("zmqdata.dispatcher")
 
@@ -42,7 +43,7 @@ def start_save(
             continue
         if save.dataset_id == msg.dataset_id and not save.error:
             reply = m.StartSaveReply(request_id=msg.request_id, save_id=save.save_id)
-            return [(peer, reply)]
+            return [Outgoing(peer, reply)]
         failed = f", which failed: {save.error}" if save.error else ""
         raise FailedPreconditionError(
             f"{msg.path!r} holds save {save.save_id} of dataset "
@@ -70,7 +71,8 @@ def start_save(
         num_splits,
     )
     _finish_if_complete(state, records.saves[save_id])
-    return [(peer, m.StartSaveReply(request_id=msg.request_id, save_id=save_id))]
+    reply = m.StartSaveReply(request_id=msg.request_id, save_id=save_id)
+    return [Outgoing(peer, reply)]
 
 
 def get_save_split(
@@ -83,7 +85,7 @@ def get_save_split(
         raise NotFoundError(f"worker {msg.worker_id} is not registered; register again")
     save = records.saves.get(msg.save_id)
     done: list[Outgoing] = [
-        (peer, m.GetSaveSplitReply(request_id=msg.request_id, done=True))
+        Outgoing(peer, m.GetSaveSplitReply(request_id=msg.request_id, done=True))
     ]
     if save is None or save.ended:
         return done
@@ -100,11 +102,11 @@ def get_save_split(
         return done
     ordinal = state.save_runs.next_split(save, worker.worker_id)
     if ordinal is None:  # others write the rest
-        return [(peer, m.GetSaveSplitReply(request_id=msg.request_id))]
+        return [Outgoing(peer, m.GetSaveSplitReply(request_id=msg.request_id))]
     splits = saving.splits_of(records.datasets[save.dataset_id])
     lo, hi = splits.at(ordinal)[:2]
     reply = m.GetSaveSplitReply(request_id=msg.request_id, split=[ordinal, lo, hi])
-    return [(peer, reply)]
+    return [Outgoing(peer, reply)]
 
 
 def _finish_if_complete(state: DispatcherState, save: model.Save) -> bool:

@@ -15,7 +15,8 @@ from zmqdata._config import DispatcherConfig
 from zmqdata._dispatcher import job_metrics
 from zmqdata._dispatcher.access import Access
 from zmqdata._dispatcher.journal import Journal, JournalSink
-from zmqdata._dispatcher.state import DispatcherState, Outgoing, stall_s
+from zmqdata._dispatcher.outgoing import Outgoing
+from zmqdata._dispatcher.state import DispatcherState, stall_s
 from zmqdata._runtime import auth, clock, ipc, metrics, tuning
 from zmqdata._runtime.handoff import Handoff
 from zmqdata._runtime.loop import PollLoop
@@ -242,7 +243,7 @@ class _DispatcherLoop(PollLoop):
         self.state.requests_total += 1
         self.state.errors_total += 1
         reply = m.Error(request_id=request_id, code=error.code, message=error.message)
-        return [(peer, reply)]
+        return [Outgoing(peer, reply)]
 
     def on_tick(self, now: float) -> None:
         if now - self._last_tick > self._stall_s:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from zmqdata._dispatcher import dealing, model, replies
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.empty_passes import EmptyPasses
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._dispatcher.splits import (
     MAX_SPLITS_PER_REQUEST,
@@ -26,7 +27,7 @@ from zmqdata._wire import messages as m
 from zmqdata.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 SPLIT_PLANS_KEPT = 4096
 """Split plans (``Splits``) kept made (the oldest goes first)."""
@@ -56,7 +57,7 @@ def get_split(
         )
     ceiling_ms = replies.worker_heartbeat_max_ms(state.config)
     reply.period_ms = split_period_ms(len(records.workers), ceiling_ms)
-    return [(peer, reply)]
+    return [Outgoing(peer, reply)]
 
 
 def _split(

@@ -1,7 +1,8 @@
 """The dispatcher's state machine: pure, no sockets, no clock of its own.
 
 ``handle(peer, message, now)`` applies one request and returns the messages to
-send, as ``(peer, message)`` pairs; ``handle_group`` does the same for every
+send, as ``Outgoing`` ``(peer, message)`` pairs (``outgoing.py``: the
+``Instruction`` of this role's core); ``handle_group`` does the same for every
 request waiting, with one commit for them all; ``tick(now)`` does the periodic
 work (worker and client liveness, job GC, the autoscaler's signals). Tests
 drive it with a fake clock.
@@ -75,6 +76,7 @@ from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.consumers import ROUND_MARGIN
 from zmqdata._dispatcher.empty_passes import EmptyPasses
 from zmqdata._dispatcher.liveness import Liveness
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._dispatcher.protocols import Protocols
 from zmqdata._dispatcher.records import EventSink, NoJournal
 from zmqdata._dispatcher.splits import Splits
@@ -90,7 +92,6 @@ from zmqdata.errors import (
 
 logger = logging.getLogger("zmqdata.dispatcher")
 
-Outgoing = tuple[bytes, m.Message]
 Handler = Callable[["DispatcherState", bytes, Any, float], list[Outgoing]]
 
 AUTOSCALE_EVERY_S = 0.5
@@ -103,7 +104,7 @@ STALLED_S = 1.0
 """A loop tick this late (or half the shortest peer timeout, when less) means
 the dispatcher itself stalled: ``stall_s``."""
 
-__all__ = ["ROUND_MARGIN", "DispatcherState", "Outgoing"]
+__all__ = ["ROUND_MARGIN", "DispatcherState"]
 
 
 def stall_s(config: DispatcherConfig) -> float:
@@ -281,7 +282,7 @@ class DispatcherState:
             code, text = to_code(error)
             return [
                 [
-                    (
+                    Outgoing(
                         peer,
                         m.Error(request_id=message.request_id, code=code, message=text),
                     )
@@ -325,7 +326,7 @@ class DispatcherState:
             code, text = to_code(error)
             reply = m.Error(request_id=message.request_id, code=code, message=text)
             self.errors_total += 1
-            return [(peer, reply)]
+            return [Outgoing(peer, reply)]
 
     def tick(self, now: float) -> list[Outgoing]:
         """Periodic work: drops silent workers and clients; job GC (``timeouts.py``).
@@ -388,7 +389,7 @@ def _get_status(
     state: DispatcherState, peer: bytes, msg: m.GetStatus, now: float
 ) -> list[Outgoing]:
     reply = m.GetStatusReply(request_id=msg.request_id, status=state.status(now))
-    return [(peer, reply)]
+    return [Outgoing(peer, reply)]
 
 
 _HANDLERS: dict[type[m.Message], Handler] = {

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model, placement, replies
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 logger = logging.getLogger("zmqdata.dispatcher")
 
@@ -50,7 +51,7 @@ def push(state: DispatcherState, task: model.Task) -> Outgoing:
     worker = state.records.workers[task.worker_id]
     held = state.held_pipelines.get(task.worker_id, frozenset())
     task_def = replies.task_def(state.records, state.config, task, held)
-    return worker.peer, m.ProcessTask(tasks=[task_def.to_wire()])
+    return Outgoing(worker.peer, m.ProcessTask(tasks=[task_def.to_wire()]))
 
 
 def finish(state: DispatcherState, task: model.Task) -> list[Outgoing]:

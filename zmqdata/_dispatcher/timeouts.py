@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from zmqdata._dispatcher import consumers, tasking, workers
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._wire.modes import ShardingPolicy
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 logger = logging.getLogger("zmqdata.dispatcher")
 P = TypeVar("P")

@@ -13,11 +13,12 @@ import random
 from typing import TYPE_CHECKING
 
 from zmqdata._dispatcher import traces
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._wire import messages as m
 from zmqdata.errors import NotFoundError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 
 def ns(now: float) -> int:
@@ -51,7 +52,7 @@ def start_trace(
     )
     wake = m.WorkerHeartbeatReply(trace=[window.trace_id, window.until_ns, 0])
     workers = state.records.workers.values()
-    return [(peer, reply), *((worker.peer, wake) for worker in workers)]
+    return [Outgoing(peer, reply), *(Outgoing(worker.peer, wake) for worker in workers)]
 
 
 def get_trace(
@@ -65,7 +66,7 @@ def get_trace(
         kind, peer_id = key
         return peer_id in (records.workers if kind == "worker" else records.clients)
 
-    return [(peer, state.traces.answer(msg, ns(now), live))]
+    return [Outgoing(peer, state.traces.answer(msg, ns(now), live))]
 
 
 def trace_spans(
@@ -80,7 +81,7 @@ def trace_spans(
     else:
         key = ("client", msg.client_id)
     state.traces.receive(key, msg)
-    return [(peer, m.Ok(request_id=msg.request_id))]
+    return [Outgoing(peer, m.Ok(request_id=msg.request_id))]
 
 
 def close_trace(state: DispatcherState, now: float) -> None:

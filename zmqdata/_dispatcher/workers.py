@@ -24,11 +24,12 @@ from zmqdata._dispatcher import (
     tasking,
     trace_requests,
 )
+from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._wire import messages as m
 from zmqdata.errors import NotFoundError
 
 if TYPE_CHECKING:
-    from zmqdata._dispatcher.state import DispatcherState, Outgoing
+    from zmqdata._dispatcher.state import DispatcherState
 
 logger = logging.getLogger("zmqdata.dispatcher")
 
@@ -46,7 +47,8 @@ def register(
         # The same worker again (a retry, or after a fault-tolerant
         # restart): it keeps its id and its tasks, splits included.
         state.liveness.heard_worker(same.worker_id, now)
-        return [(peer, replies.registered(records, config, msg.request_id, same)), *out]
+        reply = replies.registered(records, config, msg.request_id, same)
+        return [Outgoing(peer, reply), *out]
     worker_id = records.next_id
     taken = set()
     if config.worker_addresses:  # static sharding slots
@@ -72,7 +74,8 @@ def register(
         job = records.jobs[iteration.job_id]
         if tasking.running(iteration) and placement.serves(job, worker):
             tasking.create(state, iteration.iteration_id, worker_id)
-    return [(peer, replies.registered(records, config, msg.request_id, worker)), *out]
+    reply = replies.registered(records, config, msg.request_id, worker)
+    return [Outgoing(peer, reply), *out]
 
 
 def _replace_earlier(
@@ -107,8 +110,8 @@ def heartbeat(
     if msg.leaving:  # drained: its tasks' keys are handed out again now
         logger.info("worker %s left", worker.worker_address)
         out += remove(state, worker.worker_id)
-        return [(peer, m.WorkerHeartbeatReply(request_id=msg.request_id)), *out]
-    return [(peer, _changes(state, worker, msg, now, resend=not kept)), *out]
+        return [Outgoing(peer, m.WorkerHeartbeatReply(request_id=msg.request_id)), *out]
+    return [Outgoing(peer, _changes(state, worker, msg, now, resend=not kept)), *out]
 
 
 def _sender(state: DispatcherState, peer: bytes, worker_id: int) -> model.Worker:

@@ -21,6 +21,7 @@ import zmq
 
 from zmqdata._config import WorkerConfig
 from zmqdata._runtime import auth, reach
+from zmqdata._runtime.instruction import Instruction
 from zmqdata._runtime.loop import PollLoop
 from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._version import PROTOCOL_VERSION, __version__
@@ -29,7 +30,6 @@ from zmqdata._wire.tasks import SaveDef, TaskDef
 from zmqdata._worker.control_core import (
     DeleteTask,
     Drain,
-    Instruction,
     Left,
     RunSaves,
     Send,
@@ -85,7 +85,7 @@ class ControlLoop(PollLoop):
         self._saves: dict[str, SaveRunner] = {}
         """The saves this worker writes chunks of, by id."""
         heartbeat_s = config.heartbeat_interval_ms / 1000
-        self.core = WorkerControl(heartbeat_s)
+        self.core = WorkerControl(heartbeat_s, self._view)
         """What the loop does, decided (``control_core.py``)."""
         self.tick_s = min(0.1, heartbeat_s)
         self._last_reply = time.monotonic()
@@ -163,10 +163,10 @@ class ControlLoop(PollLoop):
     def on_tick(self, now: float) -> None:
         self._warn_if_silent(now)
         self._report_trace(now)
-        self._execute(self.core.tick(now, self._view()), now)
+        self._execute(self.core.tick(now), now)
 
     def _view(self) -> WorkerView:
-        """What the core decides on: the tasks, pipelines and drain requests now."""
+        """What the core decides on at a tick: the tasks, pipelines and drain requests."""
         runners = self._runners.snapshot()
         drain = self.drain_requested.is_set()
         return WorkerView(

@@ -1,9 +1,10 @@
 """``WorkerControl``: the worker's control decisions, with no socket or clock.
 
 The loop (``control.py``) feeds it each message of the dispatcher
-(``handle(message, now)``) and each tick (``tick(now, view)``, the
-``WorkerView`` being what the loop owns: its tasks, pipelines and drain
-requests), and carries out, in order, the instructions returned: ``Send`` a
+(``handle(message, now)``) and each tick (``tick(now)``, at which the core
+reads the ``view`` the loop gave it: a ``WorkerView`` of what the loop owns,
+its tasks, pipelines and drain requests), and carries out, in order, the
+instructions returned (``Instruction``s, as the other roles' cores): ``Send`` a
 message, ``StartTasks``, ``DeleteTask``, ``RunSaves``, ``Drain`` (every task
 stops producing, every save stops), ``TraceSent`` and ``TraceReplied`` (the
 tracer's round trips), ``Left`` (the worker may go). It registers (again
@@ -11,13 +12,14 @@ after the dispatcher forgets it, with backoff while unanswered), heartbeats
 at a pace that stretches while nothing changes, and drains then leaves when
 asked. A fake clock drives it in tests (``tests/worker/test_control_core.py``).
 
->>> core = WorkerControl(1.0, m.RegisterWorker(worker_address="w", data_address="d"))
+>>> view = WorkerView(tasks=[], held=list, stats=dict)
+>>> registration = m.RegisterWorker(worker_address="w", data_address="d")
+>>> core = WorkerControl(1.0, lambda: view, registration)
 >>> [type(i).__name__ for i in core.register(now=0.0)]
 ['Send']
 >>> core.handle(m.RegisterWorkerReply(request_id=1, worker_id=3), now=0.1)
 []
->>> view = WorkerView(tasks=[], held=list, stats=dict)
->>> core.tick(0.5, view), [type(i).__name__ for i in core.tick(1.1, view)]
+>>> core.tick(0.5), [type(i).__name__ for i in core.tick(1.1)]
 ([], ['TraceSent', 'Send'])
 """
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zmqdata._runtime.clock import Backoff
+from zmqdata._runtime.instruction import Instruction
 from zmqdata._runtime.pace import HeartbeatPace
 from zmqdata._version import PROTOCOL_VERSION
 from zmqdata._wire import messages as m
@@ -90,28 +93,28 @@ class WorkerView:
 
 
 @dataclass(frozen=True)
-class Send:
+class Send(Instruction):
     """Send ``message`` to the dispatcher (``WorkerControl.encode``)."""
 
     message: m.Message
 
 
 @dataclass(frozen=True)
-class StartTasks:
+class StartTasks(Instruction):
     """Start a runner per task (wire ``TaskDef``) not running yet."""
 
     tasks: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
-class DeleteTask:
+class DeleteTask(Instruction):
     """Stop and forget the runner of ``task_id``."""
 
     task_id: int
 
 
 @dataclass(frozen=True)
-class RunSaves:
+class RunSaves(Instruction):
     """Run the saves listed (wire ``SaveDef``), stopping the others.
 
     A save run under another worker id than ``worker_id`` starts anew; none
@@ -124,19 +127,19 @@ class RunSaves:
 
 
 @dataclass(frozen=True)
-class Drain:
+class Drain(Instruction):
     """Every task stops producing (``TaskRunner.drain``); every save stops."""
 
 
 @dataclass(frozen=True)
-class TraceSent:
+class TraceSent(Instruction):
     """Heartbeat ``request_id`` left (its reply may open a trace window)."""
 
     request_id: int
 
 
 @dataclass(frozen=True)
-class TraceReplied:
+class TraceReplied(Instruction):
     """Heartbeat ``request_id`` was answered with ``trace``."""
 
     request_id: int
@@ -144,13 +147,8 @@ class TraceReplied:
 
 
 @dataclass(frozen=True)
-class Left:
+class Left(Instruction):
     """The worker may go: the dispatcher took its leave, or none can be told."""
-
-
-Instruction = (
-    Send | StartTasks | DeleteTask | RunSaves | Drain | TraceSent | TraceReplied | Left
-)
 
 
 class WorkerControl:
@@ -159,10 +157,13 @@ class WorkerControl:
     def __init__(
         self,
         heartbeat_s: float,
+        view: Callable[[], WorkerView],
         registration: m.RegisterWorker | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.heartbeat_s = heartbeat_s
+        self.view = view
+        """What the loop owns, read at each tick (``WorkerView``)."""
         self.registration = registration or m.RegisterWorker(
             worker_address="", data_address=""
         )
@@ -316,8 +317,9 @@ class WorkerControl:
         self.worker_id = None
         return self.register(now)
 
-    def tick(self, now: float, view: WorkerView) -> list[Instruction]:
+    def tick(self, now: float) -> list[Instruction]:
         """Drains when asked; registers or heartbeats when due."""
+        view = self.view()
         out, leaving = self._drain(now, view)
         if now < self.next_send:
             return out
