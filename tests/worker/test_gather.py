@@ -131,3 +131,16 @@ def test_a_wait_to_put_does_not_count_as_a_slow_element() -> None:
     gather.resumed()
     assert gather.add(np.int64(0), EMPTY) == []
     assert out
+
+
+def test_rows_whose_leaf_types_or_keys_differ_do_not_join_the_block() -> None:
+    elements = [
+        {"a": np.int64(1), "s": "x"},
+        {"a": np.int64(2), "s": "yy"},
+        {"a": np.int32(3), "s": "z"},  # another dtype
+        {"s": "w", "a": np.int32(4)},  # another key order
+        {"a": 5, "s": b"v"},  # Python scalars
+    ]
+    ready = run(Gather(Clock()), elements)
+    assert [entry.item.n for entry in ready] == [2, 1, 1, 1]
+    assert_bit_equal(unpacked(ready), elements)

@@ -38,7 +38,7 @@ from zmqdata._dataset.block import Block
 from zmqdata._wire import encoder
 from zmqdata._wire.decoder import object_array
 from zmqdata._wire.lineage import EMPTY, Lineage
-from zmqdata._wire.schema import CONTAINERS
+from zmqdata._wire.schema import CONTAINERS, FIXED_SCALARS, VALUE_TYPES
 from zmqdata.errors import InvalidArgumentError
 
 BLOCK_ELEMENTS = 1024
@@ -74,6 +74,11 @@ class Gather:
         self._sig: encoder.Sig | None = None
         self._loose: encoder.Sig | None = None  # ``_sig`` without 1-D lengths
         self._rows: list[list[Any]] = []
+        # The template of a block of flat dicts of scalars: checked by types alone
+        self._names: tuple[str, ...] = ()
+        self._types: list[type] | None = None
+        self._sized: list[int] = []  # its str and bytes leaves
+        self._unit = 0  # the bytes of its other leaves
         self._keys: list[int] = []
         self._nbytes = 0
         self._started = self._last = 0.0
@@ -83,20 +88,24 @@ class Gather:
         now = self._clock()
         slow = now - self._last > SLOW_S
         self._last = now
-        try:
-            sig, leaves = encoder.signature(element)
-        except InvalidArgumentError:  # the producer's put names the error
-            return [*self.flush(), Ready(element, lineage, 0, alone=True)]
-        nbytes = _nbytes(leaves)
-        fits = self._fits(sig)
-        if not fits and not _blockable(sig):
-            nbytes = SMALL_BYTES + 1
+        leaves = self._like_first(element)
+        if leaves is not None:  # the usual row: no signature to make
+            assert self._sig is not None  # a block is open
+            sig, fits = self._sig, True
+            nbytes = self._unit + sum([len(leaves[i]) for i in self._sized])
+        else:
+            try:
+                sig, leaves = encoder.signature(element)
+            except InvalidArgumentError:  # the producer's put names the error
+                return [*self.flush(), Ready(element, lineage, 0, alone=True)]
+            fits = self._fits(sig)
+            blockable = fits or _blockable(sig)
+            nbytes = _nbytes(leaves) if blockable else SMALL_BYTES + 1
         if nbytes > SMALL_BYTES or (lineage and not _one_key(lineage)):
             return [*self.flush(), Ready(element, lineage, 0, alone=True)]
         ready = [] if fits else self.flush()
         if not self._rows:
-            self._first, self._sig, self._loose = element, sig, None
-            self._started = now
+            self._start(element, sig, leaves, now)
         self._rows.append(leaves)
         self._nbytes += nbytes
         if lineage:
@@ -110,6 +119,35 @@ class Gather:
             ready += self.flush()
         return ready
 
+    def _start(
+        self, first: Any, sig: encoder.Sig, leaves: list[Any], now: float
+    ) -> None:
+        """A new block, of ``first``'s structure; a flat ``dict`` of scalars is its template."""
+        self._first, self._sig, self._loose, self._started = first, sig, None, now
+        types = [type(leaf) for leaf in leaves]
+        if type(first) is not dict or not all(map(_fixed_type, types)):
+            return
+        self._names, self._types = tuple(first), types
+        self._sized = [
+            i for i, kind in enumerate(types) if kind is str or kind is bytes
+        ]
+        self._unit = sum(
+            sys.getsizeof(leaf) if kind in VALUE_TYPES else leaf.nbytes
+            for leaf, kind in zip(leaves, types, strict=True)
+            if kind is not str and kind is not bytes
+        )
+
+    def _like_first(self, element: Any) -> list[Any] | None:
+        """``element``'s leaves where it is shaped as the template, else None."""
+        if (
+            self._types is None
+            or type(element) is not dict
+            or tuple(element) != self._names
+        ):
+            return None
+        leaves = list(element.values())
+        return leaves if list(map(type, leaves)) == self._types else None
+
     def resumed(self) -> None:
         """The producer is back from putting what was ready: that wait was not the pipeline's."""
         self._last = self._clock()
@@ -121,7 +159,7 @@ class Gather:
         columns = [_column(list(values)) for values in zip(*self._rows, strict=True)]
         block = Block(self._first, columns, len(self._rows))
         ready = Ready(block, tuple(self._keys) if self._keys else EMPTY, self._nbytes)
-        self._first = self._sig = self._loose = None
+        self._first = self._sig = self._loose = self._types = None
         self._rows, self._keys, self._nbytes = [], [], 0
         return [ready]
 
@@ -142,6 +180,11 @@ class Gather:
             keys[-1] = lineage[1]
         else:
             keys += lineage
+
+
+def _fixed_type(kind: type) -> bool:
+    """Whether a leaf's type alone fixes its signature (a Python or a numpy scalar)."""
+    return kind in VALUE_TYPES or kind in FIXED_SCALARS
 
 
 def _one_key(lineage: Lineage) -> bool:
