@@ -63,6 +63,22 @@ def join(first: Lineage, second: Lineage) -> Lineage:
     return first + second
 
 
+def cut(lineage: Lineage, keys: int) -> tuple[Lineage, Lineage]:
+    """The first ``keys`` keys of ``lineage`` (in its order), and the rest.
+
+    >>> cut((0, 3, 10, 12), 4), cut((0, 3, 10, 12), 3), cut(EMPTY, 0)
+    (((0, 3, 10, 11), (11, 12)), ((0, 3), (10, 12)), ((), ()))
+    """
+    for i in range(0, len(lineage), 2):
+        lo, hi = lineage[i], lineage[i + 1]
+        if keys < hi - lo:
+            if not keys:
+                return lineage[:i], lineage[i:]
+            return (*lineage[:i], lo, lo + keys), (lo + keys, *lineage[i + 1 :])
+        keys -= hi - lo
+    return lineage, EMPTY
+
+
 def keys_only(lineage: Lineage) -> Lineage:
     """``lineage`` without its marks (``_dataset/marks.py``: negative pairs).
 
@@ -228,6 +244,12 @@ class Coverage:
         """Appends ``count`` elements of ``width`` keys each, covering ``[lo, hi)``."""
         self.extend((lo, hi))
         self._count(count, width)
+
+    def add_runs(self, lineage: Lineage, runs: Sequence[int]) -> None:
+        """Appends elements covering ``lineage`` in order, ``runs`` ``[count, width, ...]``."""
+        self.extend(lineage)
+        for i in range(0, len(runs), 2):
+            self._count(runs[i], runs[i + 1])
 
     def extend(self, lineage: Sequence[int]) -> None:
         """Appends keys no element covers (what a finished task dropped)."""
