@@ -110,20 +110,19 @@ def test_range_elements_stand_for_their_own_keys():
     ]
 
 
-def test_columns_stand_for_their_keys():
+def test_blocks_stand_for_their_keys():
     source = zd.Dataset.range(20)
     with make_iterator(source._node, context(source, [[2, 9, 50], [12, 13, 7]])) as it:
-        column = it.next_column(4)
-        assert column.tolist() == [2, 3, 4, 5]
+        block = it.next_block(4)
+        assert block.columns[0].tolist() == [2, 3, 4, 5]
         assert it.lineage == (52, 56)
-        column = it.next_column(4)
-        assert column.tolist() == [6, 7, 8]
+        block = it.next_block(4)
+        assert block.columns[0].tolist() == [6, 7, 8]
         assert it.lineage == (56, 59)
-        column = it.next_column(4)
-        assert column.tolist() == [12]
+        block = it.next_block(4)
+        assert block.columns[0].tolist() == [12]
         assert it.lineage == (19, 20)
-        assert len(it.next_column(4)) == 0
-        assert it.lineage == EMPTY
+        assert it.next_block(4).n == 0
 
 
 def test_from_tensor_slices_elements_stand_for_their_keys():

@@ -84,3 +84,71 @@ def test_elements_made_one_at_a_time_travel_gathered_and_arrive_as_made(
         service.distribute("distributed_epoch", c.target, exactly_once=exactly_once)
     )
     assert_bit_equal(by_id(list(remote)), by_id(list(ds)))
+
+
+def scaled(rows):
+    """Vectorized: a Parquet block's columns (or one row's, as columns of one)."""
+    return {"i": rows["i"], "f": rows["f"] * 2, "v": rows["v"] + rows["i"][:, None]}
+
+
+def kept(row):
+    return bool(row["i"] % 3 != 1)
+
+
+def rows_by_id(batches):
+    rows = [
+        {key: batch[key][k] for key in batch}
+        for batch in batches
+        for k in range(len(batch["i"]))
+    ]
+    return sorted(rows, key=lambda row: int(row["i"]))
+
+
+def test_map_filter_batch_over_blocks_are_read_exactly_once(
+    cluster,
+    files,  # noqa: F811
+):
+    c = cluster(num_workers=2)
+    ds = (
+        zd.Dataset.from_parquet(files, columns=["i", "f", "v", "s"])
+        .map(scaled, vectorized=True)
+        .filter(kept)
+        .batch(3)
+    )
+    remote = ds.apply(
+        service.distribute("distributed_epoch", c.target, exactly_once=True)
+    )
+    assert_bit_equal(rows_by_id(remote), rows_by_id(ds))
+
+
+def test_batches_of_blocks_from_one_worker_are_the_local_batches(cluster):
+    c = cluster(num_workers=1)
+    tensors = {"x": np.arange(2_000), "y": np.arange(4_000.0).reshape(2_000, 2)}
+    ds = (
+        zd.Dataset.from_tensor_slices(tensors)
+        .map(lambda r: {"x": r["x"], "y": r["y"] * r["x"][:, None]}, vectorized=True)
+        .filter(lambda r: r["x"] % 7 != 0)
+        .batch(16)
+    )
+    remote = ds.apply(service.distribute("distributed_epoch", c.target))
+    assert_bit_equal(list(remote), list(ds))
+    large = zd.Dataset.from_tensor_slices(np.ones((64, 4_096), np.float32)).batch(8)
+    remote = large.apply(service.distribute("distributed_epoch", c.target))
+    assert_bit_equal(list(remote), list(large))  # 128 KiB batches go one by one
+
+
+def test_a_save_inside_a_block_of_batches_resumes_after_its_last_batch(cluster):
+    c = cluster(num_workers=1)
+    ds = (
+        zd.Dataset.range(6_000)
+        .filter(lambda x: x % 5 != 0)
+        .batch(4)
+        .apply(service.distribute("distributed_epoch", c.target))
+    )
+    with iter(ds) as first:
+        before = [int(x) for _ in range(321) for x in next(first)]
+        state = first.save()
+    with iter(ds) as second:
+        second.restore(state)
+        after = [int(x) for batch in second for x in batch]
+    assert before + after == [x for x in range(6_000) if x % 5]

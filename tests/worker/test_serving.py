@@ -110,3 +110,23 @@ def test_a_block_is_cut_at_the_credit_and_its_keys_with_it() -> None:
     assert (rest.coverage.keys, rest.coverage.widths) == ([103, 111], [8, 1])
     buffer.finish(None)
     assert buffer.dropped == ()
+
+
+def test_a_block_of_wider_elements_is_cut_with_their_keys() -> None:
+    buffer = TaskBuffer(max_items=100, max_bytes=2**20, tracked=True)
+    buffer.handed(100, 120)
+    batches = Block.of(0, [np.arange(8).reshape(4, 2)], widths=np.array([2, 5, 1, 3]))
+    buffer.put(batches, 64, lineage=(100, 104, 110, 117))  # a filter's, a batch's keys
+    first = from_buffer(_request(2), buffer, tracked=True)
+    assert isinstance(first, Send)
+    assert first.coverage is not None
+    assert (first.coverage.keys, first.coverage.widths) == (
+        [100, 104, 110, 113],
+        [1, 2, 1, 5],
+    )
+    rest = from_buffer(_request(100), buffer, tracked=True)
+    assert isinstance(rest, Send)
+    assert rest.coverage is not None
+    assert (rest.coverage.keys, rest.coverage.widths) == ([113, 117], [1, 1, 1, 3])
+    buffer.finish(None)
+    assert buffer.dropped == (104, 110, 117, 120)

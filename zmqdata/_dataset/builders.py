@@ -128,8 +128,13 @@ def map_node(
     fn: Callable[..., Any],
     num_parallel_calls: int | None,
     deterministic: bool | None,
+    vectorized: bool = False,
 ) -> Node:
-    """``Dataset.map(fn, num_parallel_calls, deterministic)`` of ``node``."""
+    """``Dataset.map(fn, num_parallel_calls, deterministic, vectorized)`` of ``node``.
+
+    ``vectorized`` is kept only when True: other maps' pipelines (their bytes,
+    their fingerprints) are those of releases without it.
+    """
     args = {
         "fn": check_callable("map fn", fn),
         "num_parallel_calls": _parallelism(
@@ -137,6 +142,8 @@ def map_node(
         ),
         "deterministic": check_optional_bool("map deterministic", deterministic),
     }
+    if check_optional_bool("map vectorized", vectorized):
+        args["vectorized"] = True
     return Node("map", args, (node,))
 
 

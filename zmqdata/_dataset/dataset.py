@@ -235,17 +235,33 @@ class Dataset:
         fn: Callable[..., Any],
         num_parallel_calls: int | None = None,
         deterministic: bool | None = None,
+        vectorized: bool = False,
     ) -> Dataset:
         """Applies ``fn`` to each element (tuples are unpacked into arguments).
 
         With ``num_parallel_calls`` (or ``AUTOTUNE``) calls run on a thread pool;
         output order is kept unless ``deterministic=False``.
 
+        ``vectorized=True`` promises that ``fn`` works element-wise on
+        columns: given the structure of an element with each leaf an array
+        whose first axis is the element (``x[i]`` is element ``i``'s), it
+        returns a structure whose leaves have as many rows, row ``i`` made
+        of element ``i`` alone. Over sources that read in bulk (``range``,
+        ``from_tensor_slices``, Parquet rows) ``fn`` then runs once per block
+        of elements, not per element (docs/ops.md, "Blocks"); elsewhere on
+        one element as a block of one (``leaf[None]``). Either way the
+        elements are those ``fn`` makes of each element alone.
+
         >>> [int(x) for x in Dataset.range(3).map(lambda x: x + 10, num_parallel_calls=2)]
         [10, 11, 12]
+        >>> rows = Dataset.from_tensor_slices({"a": [1, 2, 3], "b": [10, 20, 30]})
+        >>> [int(x) for x in rows.map(lambda r: r["a"] * r["b"], vectorized=True)]
+        [10, 40, 90]
         """
         return Dataset(
-            builders.map_node(self._node, fn, num_parallel_calls, deterministic)
+            builders.map_node(
+                self._node, fn, num_parallel_calls, deterministic, vectorized
+            )
         )
 
     def filter(self, predicate: Callable[..., Any]) -> Dataset:

@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
-import numpy as np
-
 from zmqdata._dataset import saved
 from zmqdata._wire.lineage import EMPTY, Lineage, join
 from zmqdata.errors import FailedPreconditionError
@@ -217,15 +215,6 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         """Moves the iterator to a position ``save`` returned."""
         self.set_state(saved.decode(state))
 
-    def next_column(self, limit: int) -> np.ndarray | None:
-        """Up to ``limit`` next elements as one array along axis 0, or None.
-
-        Iterators that yield numeric scalars they can read in bulk (``range``)
-        return them this way, so ``batch`` need not stack one by one; an empty
-        array means the end. The default, None, means "call ``next``".
-        """
-        return None
-
     def next_many(self, limit: int) -> list[Any] | None:
         """Up to ``limit`` next elements at once ([] at the end), or None: "call ``next``".
 
@@ -239,10 +228,13 @@ class DatasetIterator(Iterator[Any], abc.ABC):
         """Up to ``limit`` next elements as one ``Block``, or None.
 
         Sources that read in bulk (``range``, ``from_tensor_slices``,
-        Parquet rows) return them this way to a worker, which sends a block
-        as one item (``_dataset/block.py``); an empty block (``n`` 0) means
-        the end. The default, None, means "call ``next``". With lineage, a
-        block stands for one key per element, in order.
+        Parquet rows), and the ops that pass blocks on (``map`` with
+        ``vectorized``, ``filter``, ``batch``, ``unbatch``), return them this
+        way; a worker sends a block as one item (``_dataset/block.py``). An
+        empty block (``n`` 0) means the end. The default, None, means "call
+        ``next``"; an iterator that returned a block returns blocks to the
+        end. With lineage, a block stands for ``lineage``, element by element
+        in order (``Block.widths``).
         """
         return None
 
@@ -339,11 +331,11 @@ class Tap(UnaryIterator):
         self.taken = join(taken, self._input.lineage) if taken else self._input.lineage
         return element
 
-    def next_column(self, limit: int) -> np.ndarray | None:
-        column = self._input.next_column(limit)
-        if column is not None:
+    def next_block(self, limit: int) -> Block | None:
+        block = self._input.next_block(limit)
+        if block is not None and block.n:
             self.taken = join(self.taken, self._input.lineage)
-        return column
+        return block
 
     def get_state(self) -> dict[str, Any]:
         return self._input.get_state()
@@ -364,11 +356,11 @@ class _Consumed(DatasetIterator):
         self.lineage = self._tap.taken
         return element
 
-    def next_column(self, limit: int) -> np.ndarray | None:
+    def next_block(self, limit: int) -> Block | None:
         self._tap.taken = EMPTY
-        column = self._op.next_column(limit)
+        block = self._op.next_block(limit)
         self.lineage = self._tap.taken
-        return column
+        return block
 
     def get_state(self) -> dict[str, Any]:
         return self._op.get_state()

@@ -366,16 +366,6 @@ class _Timed(DatasetIterator):
             stats.sample_bytes(element)
         return element
 
-    def next_column(self, limit: int) -> np.ndarray | None:
-        column: np.ndarray | None
-        if self._profile.timing:
-            column = self._timed(self._inner.next_column, limit)
-        else:
-            column = self._inner.next_column(limit)
-        if column is not None:
-            self._stats.elements += len(column)
-        return column
-
     def next_block(self, limit: int) -> Block | None:
         block: Block | None
         if self._profile.timing:

@@ -63,22 +63,19 @@ def join(first: Lineage, second: Lineage) -> Lineage:
     return first + second
 
 
-def cut(lineage: Lineage, k: int) -> tuple[Lineage, Lineage]:
-    """The first ``k`` keys of ``lineage`` and the rest (a block cut after ``k`` elements).
+def cut(lineage: Lineage, keys: int) -> tuple[Lineage, Lineage]:
+    """The first ``keys`` keys of ``lineage`` (in its order), and the rest.
 
-    >>> cut((0, 3, 5, 9), 4), cut((0, 3, 5, 9), 3)
-    (((0, 3, 5, 6), (6, 9)), ((0, 3), (5, 9)))
+    >>> cut((0, 3, 10, 12), 4), cut((0, 3, 10, 12), 3), cut(EMPTY, 0)
+    (((0, 3, 10, 11), (11, 12)), ((0, 3), (10, 12)), ((), ()))
     """
-    for index in range(0, len(lineage), 2):
-        lo, hi = lineage[index], lineage[index + 1]
-        if hi - lo >= k:
-            mid = lo + k
-            head = (*lineage[:index], lo, mid) if k else lineage[:index]
-            rest = (
-                lineage[index + 2 :] if mid == hi else (mid, hi, *lineage[index + 2 :])
-            )
-            return head, rest
-        k -= hi - lo
+    for i in range(0, len(lineage), 2):
+        lo, hi = lineage[i], lineage[i + 1]
+        if keys < hi - lo:
+            if not keys:
+                return lineage[:i], lineage[i:]
+            return (*lineage[:i], lo, lo + keys), (lo + keys, *lineage[i + 1 :])
+        keys -= hi - lo
     return lineage, EMPTY
 
 
@@ -247,6 +244,12 @@ class Coverage:
         """Appends ``count`` elements of ``width`` keys each, covering ``[lo, hi)``."""
         self.extend((lo, hi))
         self._count(count, width)
+
+    def add_runs(self, lineage: Lineage, runs: Sequence[int]) -> None:
+        """Appends elements covering ``lineage`` in order, ``runs`` ``[count, width, ...]``."""
+        self.extend(lineage)
+        for i in range(0, len(runs), 2):
+            self._count(runs[i], runs[i + 1])
 
     def extend(self, lineage: Sequence[int]) -> None:
         """Appends keys no element covers (what a finished task dropped)."""

@@ -171,7 +171,7 @@ class TaskBuffer:
             taken, lineages, taken_bytes = self._pop(max_items, max_bytes, covered)
             if taken:
                 if keys is not None and covered is not None:
-                    keys.cover(lineages, covered, _counts(taken))
+                    keys.cover(lineages, covered, _runs(taken))
                 if self._paced:
                     self._pace(taken_bytes, self._clock())
                 self._cond.notify_all()
@@ -217,11 +217,11 @@ class TaskBuffer:
     ) -> tuple[Block, int, Lineage]:
         """Puts back all but the first ``k`` elements of ``block``; returns those ``k``.
 
-        A block stands for one key per element (``next_block``).
+        Its elements stand for its keys in order (``Block.widths``).
         """
         head, rest = block.cut(k)
         share = nbytes * k // block.n
-        head_keys, rest_keys = cut(lineage, k)
+        head_keys, rest_keys = cut(lineage, block.keys(k))
         self._items.appendleft((rest, nbytes - share, rest_keys, None))
         return head, share, head_keys
 
@@ -298,10 +298,11 @@ def elements_in(item: Item) -> int:
     return item.n if type(item) is Block else 1
 
 
-def _counts(items: list[Item]) -> list[int] | None:
-    """How many elements each item holds; None when each holds one."""
-    counts = [elements_in(item) for item in items]
-    return counts if len(counts) != sum(counts) else None
+def _runs(items: list[Item]) -> list[list[int] | None] | None:
+    """The keys each item's elements stand for (``Block.runs``); None without blocks."""
+    if not any(type(item) is Block for item in items):
+        return None
+    return [item.runs() if type(item) is Block else None for item in items]
 
 
 def count(items: Sequence[Item]) -> int:

@@ -41,15 +41,16 @@ class HandedKeys:
         self,
         lineages: Sequence[Lineage],
         coverage: Coverage,
-        counts: Sequence[int] | None = None,
+        runs: Sequence[Sequence[int] | None] | None = None,
     ) -> None:
         """Adds the elements of ``lineages`` (taken, in order) to ``coverage``.
 
-        ``counts``: how many elements each lineage stands for (a block's, one
-        key each; 1 each without it).
+        ``runs``: per lineage, how many keys its elements stand for,
+        ``[count, width, ...]`` (a block's: ``Block.runs``); None for one
+        element standing for it all (each lineage, without ``runs``).
         """
         flat = list(itertools.chain.from_iterable(lineages))
-        count = sum(counts) if counts is not None else len(lineages)
+        count = _one_key_each(lineages, runs)
         # The usual reply: one next key per element, as a range source makes.
         if (
             count
@@ -61,12 +62,11 @@ class HandedKeys:
             self._open.discard(flat[0], flat[-1])
             return
         for index, lineage in enumerate(lineages):
-            n = 1 if counts is None else counts[index]
-            if n == 1:
+            widths = None if runs is None else runs[index]
+            if widths is None:
                 coverage.add(lineage)
-            else:  # a block: one key per element, in ranges
-                for lo, hi in zip(lineage[::2], lineage[1::2], strict=True):
-                    coverage.add_run(hi - lo, lo, hi, 1)
+            else:
+                coverage.add_runs(lineage, widths)
             self._open.remove_all(lineage)
 
     def dropped(self, buffered: Iterable[Lineage]) -> Lineage:
@@ -75,3 +75,20 @@ class HandedKeys:
         for lineage in buffered:
             rest.remove_all(lineage)
         return tuple(rest)
+
+
+def _one_key_each(
+    lineages: Sequence[Lineage], runs: Sequence[Sequence[int] | None] | None
+) -> int:
+    """How many elements ``lineages`` stand for, if each may stand for one key; else 0."""
+    if runs is None:
+        return len(lineages)
+    count = 0
+    for widths in runs:
+        if widths is None:
+            count += 1
+        elif len(widths) == 2 and widths[1] == 1:
+            count += widths[0]
+        else:
+            return 0
+    return count

@@ -12,6 +12,7 @@ source elements and tracks them through the ops (``_wire/lineage.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -387,16 +388,15 @@ class TaskRunner:
         """One item for ``block``'s elements, standing for ``lineage`` (EMPTY untracked).
 
         Elements too large to travel columnar go one by one, each standing
-        for its own key.
+        for its own keys (``Block.lineages``).
         """
         columns, size = retained.compact_columns(block.columns)
         if size > block.n * INLINE_BYTES:
-            lo = lineage[0] if lineage else 0
-            for index, element in enumerate(block.rows()):
-                key = (lo + index, lo + index + 1) if lineage else EMPTY
-                self._put(element, None, key)
+            rows = zip(block.rows(), block.lineages(lineage), strict=True)
+            for element, keys in rows:
+                self._put(element, None, keys)
             return
-        item = Block(block.first, columns, block.n)
+        item = dataclasses.replace(block, columns=columns)
         if self.output.put(item, size, self._stop, lineage):
             self._wake(self.task_id)
 

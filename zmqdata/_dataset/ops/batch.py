@@ -1,12 +1,23 @@
-"""``batch`` (leaf-wise ``np.stack``) and ``unbatch``."""
+"""``batch`` (leaf-wise ``np.stack``) and ``unbatch``, in blocks where the input gives them.
+
+Over an input that hands out blocks (``next_block``: sources that read in
+bulk, ``map(vectorized=True)`` and ``filter`` over them) a batch is cut out of
+the blocks' columns (``columns.py``), not stacked row by row, and
+``batch``'s own ``next_block`` hands out blocks of batches: each leaf column
+shaped ``(k, batch_size, ...)``, a partial last batch in a block of its own.
+``unbatch``'s ``next_block`` joins a block of batches into columns of rows.
+Either way the elements are those made one at a time.
+"""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from zmqdata._dataset import structure
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import (
     DatasetIterator,
@@ -15,7 +26,11 @@ from zmqdata._dataset.iterator import (
 )
 from zmqdata._dataset.marks import Marks, Parent
 from zmqdata._dataset.node import Node, Op, make_iterator
-from zmqdata._wire.lineage import EMPTY, Lineage, join, keys_only
+from zmqdata._dataset.ops.columns import joined, rows_of, text_widths, with_width
+from zmqdata._wire.lineage import EMPTY, Lineage, cut, join, keys_only
+
+BLOCK_BYTES = 4 << 20
+"""About the most bytes of rows one block of batches holds (``next_block``)."""
 
 
 class Batch(Op):
@@ -55,23 +70,72 @@ def _array_dtype(dtype: Any) -> Any:
 
 
 class _BatchIterator(UnaryIterator):
+    """Batches of ``size`` elements, cut out of the input's blocks where it gives them.
+
+    ``next_block`` reads the rows of up to ``limit`` batches (``BLOCK_BYTES``
+    at most). A block holds batches of one dtype per leaf: where a text
+    column's width changes from one batch to the next, or a column is not
+    one of fixed-width values (its rows are stacked), the rows past the
+    block's batches are held for the next (``_held``, saved with the
+    position), and blocks hold one batch from then on.
+    """
+
+    _tracked = False
+    """Whether the batches' lineage is tracked (their blocks' ``widths``)."""
+
     def __init__(
         self, source: DatasetIterator, size: int, drop_remainder: bool
     ) -> None:
         super().__init__(source)
         self._size, self._drop_remainder = size, drop_remainder
+        self._held: deque[Block] = deque()
+        """Rows read and not batched yet, in order."""
+        self._held_keys: Lineage = EMPTY
+        """What the held rows stand for (tracked)."""
+        self._single = False
+        """Blocks hold one batch (the batches' dtypes changed, or rows are stacked)."""
+        self._made = False
+        """``next_block`` made a block: it makes them to the end."""
 
     def __next__(self) -> Any:
-        column = self._input.next_column(self._size)
-        if column is not None:
-            return self._from_columns(column)
-        elements = self._gather()
-        if not elements or (self._drop_remainder and len(elements) < self._size):
+        parts = self._read(1)
+        if parts is None:  # one at a time
+            elements = self._gather()
+            if not elements or (self._drop_remainder and len(elements) < self._size):
+                raise StopIteration
+            return structure.stack(elements)
+        n = parts[0].n if len(parts) == 1 else sum(part.n for part in parts)
+        if not n or (self._drop_remainder and n < self._size):
             raise StopIteration
-        return structure.stack(elements)
+        made = _leaves(parts, 1, n)
+        if made is None:
+            return structure.stack(_first_rows(parts, n))
+        first = parts[0].first
+        if not structure.is_container(first):
+            return made[0][0]
+        return structure.pack_as(first, made[0])
+
+    def next_block(self, limit: int) -> Block | None:
+        parts = self._read(1 if self._single else limit)
+        if parts is None:  # after blocks: a Parquet reader restored at its end
+            return END if self._made else None
+        self._made = True
+        n, size = sum(part.n for part in parts), self._size
+        if n < size:  # the end
+            if not n or self._drop_remainder:
+                return END
+            size = n
+        block = self._batches(parts, n // size, size)
+        used = block.n * size
+        if self._tracked:
+            widths = np.concatenate([part.own_widths() for part in parts])[:used]
+            block = Block(block.first, block.columns, block.n, _sums(widths, size))
+        if used < n:
+            self._hold(parts, used)
+        return block
 
     def _gather(self) -> list[Any]:
-        """Up to ``size`` next elements."""
+        """Up to ``size`` next elements, one at a time."""
         elements = []
         for element in self._input:
             elements.append(element)
@@ -79,27 +143,156 @@ class _BatchIterator(UnaryIterator):
                 break
         return elements
 
-    def _from_columns(self, column: np.ndarray) -> np.ndarray:
-        """A batch read in bulk (``range``), across split boundaries."""
-        columns, count = [column], len(column)
-        while count < self._size and len(columns[-1]):
-            more = self._more(self._size - count)
-            columns.append(more)
-            count += len(more)
-        if not count or (self._drop_remainder and count < self._size):
-            raise StopIteration
-        return columns[0] if len(columns) == 1 else np.concatenate(columns)
+    def _read(self, batches: int) -> list[Block] | None:
+        """The rows of up to ``batches`` batches, as blocks (fewer only at the end).
 
-    def _more(self, limit: int) -> np.ndarray:
-        """The next column, after a first one (at a split boundary)."""
-        more = self._input.next_column(limit)
-        assert more is not None  # a source reads in bulk or never
-        return more
+        None: the input gives no blocks. Held rows come first; the first
+        read asks for one batch, and tells how many fit in ``BLOCK_BYTES``.
+        """
+        parts: list[Block] = []
+        have, target = 0, self._size
+        if self._held:
+            if batches > 1:
+                target = self._target(self._held[0], batches)
+            while self._held and have < target:
+                part = self._held.popleft()
+                if have + part.n > target:
+                    part, rest = part.cut(target - have)
+                    self._held.appendleft(rest)
+                parts.append(part)
+                have += part.n
+            keys, self._held_keys = cut(
+                self._held_keys, sum(part.keys(part.n) for part in parts)
+            )
+            self._took(keys)
+        while have < target:
+            block = self._input.next_block(target - have)
+            if block is None:
+                # An iterator that made blocks says None only at its end
+                # (a Parquet reader restored there).
+                return parts or None
+            if not block.n:
+                break
+            self._took(self._input.lineage)
+            if not parts and batches > 1:
+                target = self._target(block, batches)
+            parts.append(block)
+            have += block.n
+        return parts
+
+    def _target(self, rows: Block, batches: int) -> int:
+        """How many rows to read for up to ``batches`` batches, ``BLOCK_BYTES`` at most."""
+        row_bytes = sum(
+            column.nbytes if isinstance(column, np.ndarray) else 8 * len(column)
+            for column in rows.columns
+        ) // max(1, rows.n)
+        fit = BLOCK_BYTES // max(1, row_bytes * self._size)
+        return self._size * max(1, min(batches, fit))
+
+    def _took(self, lineage: Lineage) -> None:
+        """Rows standing for ``lineage`` were read (tracked)."""
+
+    def _batches(self, parts: list[Block], count: int, size: int) -> Block:
+        """A block of the first of ``count`` batches of ``size`` rows of ``parts``.
+
+        As many as share their leaves' dtypes; one, stacked, where a column
+        is not of fixed-width values. Fewer than ``count``: blocks hold one
+        batch from then on.
+        """
+        made = _leaves(parts, count, size)
+        if made is None:
+            self._single = True
+            batch = structure.stack(_first_rows(parts, size))
+            leaves = [np.asarray(leaf)[None] for leaf in structure.flatten(batch)]
+            return Block(batch, leaves, 1)
+        columns, made_count = made
+        self._single |= made_count < count
+        return Block.of(
+            parts[0].first,
+            [c.reshape(made_count, size, *c.shape[1:]) for c in columns],
+        )
+
+    def _hold(self, parts: list[Block], used: int) -> None:
+        """Holds the rows of ``parts`` past the first ``used``, before those held."""
+        rest = []
+        for part in parts:
+            if used >= part.n:
+                used -= part.n
+                continue
+            rest.append(part.part(used, part.n) if used else part)
+            used = 0
+        self._held.extendleft(reversed(rest))
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self._held:
+            state["held"] = [
+                {"first": part.first, "columns": list(part.columns)}
+                for part in self._held
+            ]
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self._held.clear()
+        self._held_keys = EMPTY
+        for part in state.get("held", ()):
+            n = len(part["columns"][0])
+            widths = np.zeros(n, np.int64) if self._tracked else None  # claim nothing
+            self._held.append(Block(part["first"], part["columns"], n, widths))
+
+
+def _leaves(
+    parts: list[Block], count: int, size: int
+) -> tuple[list[np.ndarray], int] | None:
+    """The leaves of the first of ``count`` batches of ``size`` rows of ``parts``.
+
+    Each leaf's batches one after another, as many batches as share their
+    dtypes, and how many; None where a column is not of fixed-width values.
+    """
+    rows = count * size
+    leaves, texts = [], []
+    for index in range(len(parts[0].columns)):
+        column = joined([part.columns[index] for part in parts])
+        if column is None:
+            return None
+        if len(column) > rows:
+            column = column[:rows]
+        widths = text_widths(column, size)
+        if widths is not None:
+            texts.append((index, widths))
+        leaves.append(column)
+    for _, widths in texts:  # as many batches as are as wide as the first
+        same = widths == widths[0]
+        if not same.all():
+            count = min(count, int(np.argmin(same)))
+    for index, widths in texts:
+        leaves[index] = with_width(leaves[index][: count * size], int(widths[0]))
+    if count * size < rows:
+        leaves = [leaf[: count * size] for leaf in leaves]
+    return leaves, count
+
+
+def _first_rows(parts: list[Block], size: int) -> list[Any]:
+    """The first ``size`` rows of ``parts``."""
+    rows: list[Any] = []
+    for part in parts:
+        rows.extend(part.element(i) for i in range(min(part.n, size - len(rows))))
+        if len(rows) == size:
+            break
+    return rows
+
+
+def _sums(widths: np.ndarray, size: int) -> np.ndarray:
+    """The keys each batch of ``size`` rows stands for, of its rows' ``widths``."""
+    sums: np.ndarray = widths.reshape(-1, size).sum(axis=1)
+    return sums
 
 
 class _LineageBatchIterator(_BatchIterator):
     """A batch stands for its elements (a dropped remainder for nothing)."""
 
+    _tracked = True
     _taken: list[int]
 
     def __next__(self) -> Any:
@@ -107,6 +300,19 @@ class _LineageBatchIterator(_BatchIterator):
         batch = super().__next__()
         self.lineage = tuple(self._taken)
         return batch
+
+    def next_block(self, limit: int) -> Block | None:
+        self._taken = []
+        block = super().next_block(limit)
+        if block is not None and block.n:
+            assert block.widths is not None  # tracked
+            batched = int(block.widths.sum())
+            self.lineage, rest = cut(tuple(self._taken), batched)
+            self._held_keys = join(rest, self._held_keys)
+        return block
+
+    def _took(self, lineage: Lineage) -> None:
+        _extend(self._taken, lineage)
 
     def _gather(self) -> list[Any]:
         elements: list[Any] = []
@@ -125,15 +331,6 @@ class _LineageBatchIterator(_BatchIterator):
             elements += more
             _extend(taken, source.lineage)
         return elements
-
-    def _from_columns(self, column: np.ndarray) -> np.ndarray:
-        _extend(self._taken, self._input.lineage)  # of ``column``, just read
-        return super()._from_columns(column)
-
-    def _more(self, limit: int) -> np.ndarray:
-        more = super()._more(limit)
-        _extend(self._taken, self._input.lineage)
-        return more
 
 
 def _extend(keys: list[int], lineage: Lineage) -> None:
@@ -172,19 +369,56 @@ class Unbatch(Op):
 
 
 class _UnbatchIterator(UnaryIterator):
+    """The rows of the input's batches; ``next_block`` cuts blocks of them out of a batch.
+
+    A block of batches is loaded as one batch of all their rows where its
+    columns join (``columns.rows_of``), else batch by batch: the batches
+    read and not loaded yet wait in ``_queue`` (saved with the position).
+    An input that gives no blocks is read a batch at a time: blocks come
+    either way.
+    """
+
     def __init__(self, source: DatasetIterator) -> None:
         super().__init__(source)
         self._batch: Any = None
         self._size = self._index = 0
+        self._queue: deque[Any] = deque()
+        self._per = 0
+        """Rows per batch in the last block read (0: none read yet)."""
 
     def __next__(self) -> Any:
         index = self._next_index()  # may load the next batch
         return structure.slice_at(self._batch, index)
 
+    def next_block(self, limit: int) -> Block | None:
+        while self._index >= self._size:
+            if self._queue:
+                self._load(self._queue.popleft())
+                continue
+            block = self._input.next_block(
+                max(1, limit // self._per) if self._per else 1
+            )
+            if block is None:  # no blocks: the next batch
+                try:
+                    self._load(next(self._input))
+                except StopIteration:
+                    return END
+                continue
+            if not block.n:
+                return block
+            batches = _batches_of(block)
+            if len(batches) == 1:  # joined (or one): a first dimension to go by
+                self._per = max(1, structure.first_dim(batches[0]) // block.n)
+            self._queue.extend(batches)
+        lo = self._index
+        self._index = hi = min(self._size, lo + limit)
+        leaves = structure.flatten(self._batch)
+        return Block.of(self._batch, [np.asarray(leaf)[lo:hi] for leaf in leaves])
+
     def _next_index(self) -> int:
         """The index in its batch of the next element (loading batches as needed)."""
         while self._index >= self._size:
-            self._load(next(self._input))
+            self._load(self._queue.popleft() if self._queue else next(self._input))
         self._index += 1
         return self._index - 1
 
@@ -198,6 +432,7 @@ class _UnbatchIterator(UnaryIterator):
             "batch": self._batch,
             "size": self._size,
             "index": self._index,
+            "queue": list(self._queue),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -207,6 +442,18 @@ class _UnbatchIterator(UnaryIterator):
             state["size"],
             state["index"],
         )
+        self._queue = deque(state.get("queue", ()))
+
+
+def _batches_of(block: Block) -> list[Any]:
+    """A block's batches: one of all their rows where its columns join, else each."""
+    joined = [rows_of(column) for column in block.columns]
+    if not joined or any(each is None for each in joined):
+        return block.rows()
+    rows, counts = zip(*joined, strict=True)
+    if any(not np.array_equal(each, counts[0]) for each in counts[1:]):
+        return block.rows()  # unequal first dimensions: each batch raises
+    return [structure.pack_as(block.first, rows)]
 
 
 class _LineageUnbatchIterator(_UnbatchIterator):
@@ -255,6 +502,10 @@ class _LineageUnbatchIterator(_UnbatchIterator):
         else:
             self.lineage = mark
         return structure.slice_at(self._batch, index)
+
+    def next_block(self, limit: int) -> Block | None:
+        """None: one at a time (a batch's rows carry its marks and its lineage)."""
+        return None
 
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)

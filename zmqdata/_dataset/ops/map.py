@@ -1,4 +1,9 @@
-"""``map``, ``filter`` and ``ignore_errors``; ``map`` optionally on a thread pool."""
+"""``map``, ``filter`` and ``ignore_errors``; ``map`` optionally on a thread pool.
+
+``map(vectorized=True)`` and ``filter`` pass their input's blocks on
+(``next_block``): a vectorized ``fn`` runs once on a block's columns, a
+predicate per element of it and the block keeps the elements it let through.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from zmqdata._dataset import structure
+from zmqdata._dataset.block import Block
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import (
     DatasetIterator,
@@ -23,6 +30,7 @@ from zmqdata._dataset.node import Node, Op, call_unpacked, make_iterator
 from zmqdata._dataset.ops._threads import resolve_parallelism
 from zmqdata._dataset.profile import label
 from zmqdata._wire.lineage import EMPTY, join
+from zmqdata.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +44,22 @@ class Map(Op):
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         source = make_iterator(node.inputs[0], ctx)
         fn, parallelism = node.args["fn"], node.args["num_parallel_calls"]
+        op, vectorized = label(node), node.args.get("vectorized", False)
+        if parallelism is None and vectorized:
+            return _VectorizedMapIterator(source, _Columns(fn, op), ctx.lineage)
         if parallelism is None:
             kind = _LineageMapIterator if ctx.lineage else _MapIterator
-            return kind(source, fn, label(node))
+            return kind(source, fn, op)
+        fn = fn if ctx.profile is None else ctx.profile.busy(node, fn)
         return _ParallelMapIterator(
             source,
-            fn if ctx.profile is None else ctx.profile.busy(node, fn),
-            label(node),
+            fn,
+            op,
             resolve_parallelism(parallelism),
             node.args["deterministic"],
             ctx.lineage,
             expands_below(node.inputs[0]),
+            _Columns(fn, op) if vectorized else None,
         )
 
 
@@ -64,6 +77,75 @@ class _LineageMapIterator(_MapIterator):
         element = next(self._input)
         self.lineage = self._input.lineage
         return call_unpacked(self._fn, element, self._op)
+
+
+class _Columns:
+    """A vectorized ``fn``: from a structure of columns to one of as many rows each.
+
+    On a block it runs once on its columns; on one element, on the columns
+    of a block of one (``leaf[None]``), its result cut back out.
+    """
+
+    def __init__(self, fn: Any, op: str) -> None:
+        self._fn, self._op = fn, op
+
+    def block(self, block: Block) -> Block:
+        """The block ``fn`` makes of ``block`` (standing for the same keys)."""
+        arrays = [np.asarray(column) for column in block.columns]  # text lists too
+        columns = structure.pack_as(block.first, arrays)
+        out = self._call(columns, block.n)
+        leaves = structure.flatten(out)
+        return Block(
+            structure.pack_as(out, [leaf[0] for leaf in leaves]),
+            leaves,
+            block.n,
+            block.widths,
+        )
+
+    def element(self, element: Any) -> Any:
+        """The element ``fn`` makes of ``element``."""
+        columns = structure.map_leaves(lambda leaf: np.asarray(leaf)[None], element)
+        return structure.map_leaves(lambda column: column[0], self._call(columns, 1))
+
+    def _call(self, columns: Any, n: int) -> Any:
+        """``fn`` of ``columns`` (``n`` rows), its leaves as arrays of ``n`` rows."""
+        out = structure.map_leaves(
+            np.asarray, call_unpacked(self._fn, columns, self._op)
+        )
+        lengths = [
+            leaf.shape[0] if leaf.ndim else None for leaf in structure.flatten(out)
+        ]
+        if any(length != n for length in lengths):
+            raise InvalidArgumentError(
+                f"{self._op} (vectorized) returned columns of lengths {lengths} for "
+                f"{n} elements: a vectorized fn returns one value per element along "
+                "axis 0 of each column (None: a scalar)"
+            )
+        return out
+
+
+class _VectorizedMapIterator(UnaryIterator):
+    """``map(vectorized=True)``: ``fn`` on a block's columns at once, else per element."""
+
+    def __init__(
+        self, source: DatasetIterator, columns: _Columns, lineage: bool
+    ) -> None:
+        super().__init__(source)
+        self._columns, self._lineage = columns, lineage
+
+    def __next__(self) -> Any:
+        element = next(self._input)
+        if self._lineage:
+            self.lineage = self._input.lineage
+        return self._columns.element(element)
+
+    def next_block(self, limit: int) -> Block | None:
+        block = self._input.next_block(limit)
+        if block is None or not block.n:
+            return block
+        if self._lineage:
+            self.lineage = self._input.lineage
+        return self._columns.block(block)
 
 
 class _ParallelMapIterator(DatasetIterator):
@@ -84,9 +166,11 @@ class _ParallelMapIterator(DatasetIterator):
         deterministic: bool | None,
         lineage: bool = False,
         expands: bool = False,
+        columns: _Columns | None = None,
     ) -> None:
         self._input = source
         self._fn, self._op = fn, op
+        self._columns = columns
         self._parallelism = parallelism
         self._ordered = deterministic is not False
         self._pool = ThreadPoolExecutor(parallelism, thread_name_prefix="zmqdata-map")
@@ -110,7 +194,10 @@ class _ParallelMapIterator(DatasetIterator):
                 if self._order is not None:
                     self._numbers[failed] = self._order.enter(EMPTY)
                 return
-            future = self._pool.submit(call_unpacked, self._fn, element, self._op)
+            if self._columns is None:
+                future = self._pool.submit(call_unpacked, self._fn, element, self._op)
+            else:
+                future = self._pool.submit(self._columns.element, element)
             self._pending.append(future)
             if self._order is not None:
                 self._numbers[future] = self._order.enter(self._input.lineage)
@@ -128,6 +215,17 @@ class _ParallelMapIterator(DatasetIterator):
         if self._order is not None:
             self.lineage = self._order.leave(self._numbers.pop(future))
         return future.result()
+
+    def next_block(self, limit: int) -> Block | None:
+        """A vectorized ``fn`` on a block, on this thread, while no call is in flight."""
+        if self._columns is None or self._pending:
+            return None
+        block = self._input.next_block(limit)
+        if block is None or not block.n:
+            return block
+        if self._order is not None:
+            self.lineage = self._input.lineage
+        return self._columns.block(block)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -148,26 +246,70 @@ class Filter(Op):
         return consuming(
             ctx,
             make_iterator(node.inputs[0], ctx),
-            lambda source: _FilterIterator(source, predicate, op),
+            lambda source: _FilterIterator(source, predicate, op, ctx.lineage),
         )
 
 
 class _FilterIterator(UnaryIterator):
-    def __init__(self, source: DatasetIterator, predicate: Any, op: str) -> None:
+    """The elements ``predicate`` lets through; a block keeps those of its elements.
+
+    With ``lineage`` a kept element of a block stands for its keys and those
+    of the elements dropped before it, the last also for those after it
+    (``widths``); a block that keeps none is skipped, its keys claimed by the
+    next one's first element.
+    """
+
+    def __init__(
+        self, source: DatasetIterator, predicate: Any, op: str, lineage: bool = False
+    ) -> None:
         super().__init__(source)
         self._predicate, self._op = predicate, op
+        self._lineage = lineage
 
     def __next__(self) -> Any:
         while True:
             element = next(self._input)
-            verdict = np.asarray(call_unpacked(self._predicate, element, self._op))
-            if verdict.shape != () or verdict.dtype != np.bool_:
-                raise TypeError(
-                    "filter predicate must return a scalar bool, got "
-                    f"{verdict.dtype} with shape {verdict.shape}"
-                )
-            if verdict:
+            if self._keeps(element):
                 return element
+
+    def next_block(self, limit: int) -> Block | None:
+        dropped = 0  # keys of the blocks that kept nothing
+        while True:
+            block = self._input.next_block(limit)
+            if block is None or not block.n:
+                return block
+            keep = np.fromiter(map(self._keeps, block.rows()), np.bool_, block.n)
+            kept = np.flatnonzero(keep)
+            if len(kept):
+                break
+            dropped += block.keys(block.n)
+        if len(kept) == block.n and not dropped:
+            return block
+        widths = _kept_widths(block, kept, dropped) if self._lineage else None
+        return block.select(kept, widths)
+
+    def _keeps(self, element: Any) -> bool:
+        """The predicate's verdict on ``element`` (a scalar bool, or raises)."""
+        verdict = np.asarray(call_unpacked(self._predicate, element, self._op))
+        if verdict.shape != () or verdict.dtype != np.bool_:
+            raise TypeError(
+                "filter predicate must return a scalar bool, got "
+                f"{verdict.dtype} with shape {verdict.shape}"
+            )
+        return bool(verdict)
+
+
+def _kept_widths(block: Block, kept: np.ndarray, before: int) -> np.ndarray:
+    """The keys each kept element of ``block`` stands for (``before``: skipped blocks').
+
+    Its own and those of the elements dropped before it; the last also those after it.
+    """
+    ends = np.cumsum(block.own_widths())
+    through = ends[kept]  # the keys up to each kept element, itself included
+    widths: np.ndarray = np.diff(through, prepend=0)
+    widths[0] += before
+    widths[-1] += ends[-1] - through[-1]
+    return widths
 
 
 class IgnoreErrors(Filter):

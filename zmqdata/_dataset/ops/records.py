@@ -166,10 +166,18 @@ class RecordIterator(SplitIterator):
         assert self._split is not None
         index = self._next_index
         file = bisect.bisect_right(self._bounds, index) - 1
-        end = min(self._split[1], self._bounds[file + 1], index + limit)
+        last = min(self._split[1], self._bounds[file + 1])  # of the split, in the file
+        end = min(last, index + limit)
         chunk = self._chunk
         if chunk is None or chunk.file != file or not chunk.at <= index < chunk.end:
-            chunk = self._chunk = self._read_chunk(file, index, end)
+            try:  # a failed read goes on past what failed, as ``next`` does
+                chunk = self._chunk = self._read_chunk(file, index)
+            except StopIteration:
+                self._step_past(index, last)
+                raise self._missing(file, index, last) from None
+            except Exception as error:
+                self._step_past(index, _failed_up_to(error, index, last))
+                raise
             if chunk is None:
                 return None
         block = chunk.block.part(index - chunk.at, min(end, chunk.end) - chunk.at)
@@ -179,10 +187,11 @@ class RecordIterator(SplitIterator):
             self.lineage = (key, key + block.n)
         return block
 
-    def _read_chunk(self, file: int, index: int, end: int) -> _Chunk | None:
+    def _read_chunk(self, file: int, index: int) -> _Chunk | None:
         """The block of ``file`` holding record ``index`` (None: the format reads none).
 
-        Read on from the open block reader if it is not past ``index``.
+        Read on from the open block reader if it is not past ``index``;
+        ``StopIteration`` if the file has no record ``index``.
         """
         at_file, at = self._blocks_at
         if self._blocks is None or at_file != file or at > index:
@@ -194,9 +203,7 @@ class RecordIterator(SplitIterator):
                 return None
             self._blocks_at = (file, index)
         while True:
-            block = next(self._blocks, None)
-            if block is None:
-                raise self._missing(file, index, end)
+            block = next(self._blocks)
             at = self._blocks_at[1]
             self._blocks_at = (file, at + block.n)
             if index < at + block.n:

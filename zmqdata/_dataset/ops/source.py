@@ -18,7 +18,6 @@ from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, Split, SplitProvider
 from zmqdata._dataset.node import Node, Op
-from zmqdata._wire.lineage import EMPTY
 from zmqdata.errors import InvalidArgumentError
 
 
@@ -45,13 +44,6 @@ class SplittableSource(Op):
 
     def read(self, node: Node, index: int) -> Any:
         """Element ``index`` of the whole source."""
-        raise NotImplementedError
-
-    reads_columns = False
-    """Whether ``read_column`` works: elements are numeric scalars made in bulk."""
-
-    def read_column(self, node: Node, lo: int, hi: int) -> np.ndarray:
-        """Elements ``lo`` to ``hi`` (excluded) as one array."""
         raise NotImplementedError
 
     def read_block(self, node: Node, lo: int, hi: int) -> Block | None:
@@ -115,16 +107,6 @@ class SplitIterator(DatasetIterator):
         self._next_index = index + 1
         return self._op.read(self._node, index)
 
-    def next_column(self, limit: int) -> np.ndarray | None:
-        if not self._op.reads_columns:
-            return None
-        if not self._advance():
-            return self._op.read_column(self._node, 0, 0)
-        assert self._split is not None  # _advance found one
-        lo = self._next_index
-        self._next_index = min(self._split[1], lo + limit)
-        return self._op.read_column(self._node, lo, self._next_index)
-
     def next_block(self, limit: int) -> Block | None:
         if not self._advance():
             return END
@@ -170,16 +152,6 @@ class _LineageSplitIterator(SplitIterator):
         self.lineage = (key, key + 1)
         return self._op.read(self._node, index)
 
-    def next_column(self, limit: int) -> np.ndarray | None:
-        column = super().next_column(limit)
-        if column is None or not len(column):
-            self.lineage = EMPTY
-        else:
-            self._base = base_of(self._split)
-            hi = self._base + self._next_index
-            self.lineage = (hi - len(column), hi)
-        return column
-
     def next_block(self, limit: int) -> Block | None:
         block = super().next_block(limit)
         if block is not None and block.n:
@@ -194,7 +166,6 @@ class _LineageSplitIterator(SplitIterator):
 
 class Range(SplittableSource):
     name = "range"
-    reads_columns = True
 
     def cardinality(self, node: Node, inputs: list[int]) -> int:
         start, stop, step = node.args["start"], node.args["stop"], node.args["step"]
@@ -206,12 +177,9 @@ class Range(SplittableSource):
     def read(self, node: Node, index: int) -> Any:
         return np.int64(node.args["start"] + index * node.args["step"])
 
-    def read_column(self, node: Node, lo: int, hi: int) -> np.ndarray:
-        start, step = node.args["start"], node.args["step"]
-        return np.arange(start + lo * step, start + hi * step, step, dtype=np.int64)
-
     def read_block(self, node: Node, lo: int, hi: int) -> Block:
-        column = self.read_column(node, lo, hi)
+        start, step = node.args["start"], node.args["step"]
+        column = np.arange(start + lo * step, start + hi * step, step, dtype=np.int64)
         return Block(column[0], [column], hi - lo)
 
 
