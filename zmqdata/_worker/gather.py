@@ -11,17 +11,21 @@ A block goes (``add`` returns it) when it holds ``BLOCK_ELEMENTS`` elements or
 ``BLOCK_BYTES``, once its first element waited ``MAX_WAIT_S``, and at once when
 elements come more than ``SLOW_S`` apart: a slow pipeline's elements are never
 held back (the producer calls ``resumed`` after putting, so that a wait for
-room in its output does not count). An element over ``SMALL_BYTES``, one that stands for other than one
-key (a ``filter``'s, a ``batch``'s) or one that cannot be encoded goes alone
-(``add`` returns it as ``Alone``), after what was gathered before it.
+room in its output does not count). Tracked, a block stands for its elements'
+keys, in order (``Block.widths`` where an element stands for other than one:
+a ``filter``'s, a ``batch``'s). An element over ``SMALL_BYTES`` or one that
+cannot be encoded goes alone (``Ready.alone``), after what was gathered before
+it.
 
 >>> import numpy as np
->>> gather = Gather(clock=lambda: 0.0)
->>> gather.add({"x": np.int64(1)}, (0, 1)), gather.add({"x": np.int64(2)}, (1, 2))
+>>> gather = Gather(tracked=True, clock=lambda: 0.0)
+>>> gather.add({"x": np.int64(1)}, (0, 1)), gather.add({"x": np.int64(2)}, (1, 4))
 ([], [])
 >>> [block] = gather.flush()
 >>> block.item.n, [int(x) for x in block.item.columns[0]], block.lineage, block.nbytes
-(2, [1, 2], (0, 2), 16)
+(2, [1, 2], (0, 4), 16)
+>>> block.item.widths.tolist()  # the second element stands for keys 1 to 3
+[1, 3]
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import numpy as np
 from zmqdata._dataset.block import Block
 from zmqdata._wire import encoder
 from zmqdata._wire.decoder import object_array
-from zmqdata._wire.lineage import EMPTY, Lineage
+from zmqdata._wire.lineage import Lineage
 from zmqdata._wire.schema import CONTAINERS, FIXED_SCALARS, VALUE_TYPES
 from zmqdata.errors import InvalidArgumentError
 
@@ -68,7 +72,10 @@ class Ready:
 class Gather:
     """Consecutive small elements of one structure, gathered into a block."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, tracked: bool = False, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._tracked = tracked
         self._clock = clock
         self._first: Any = None
         self._sig: encoder.Sig | None = None
@@ -79,7 +86,9 @@ class Gather:
         self._types: list[type] | None = None
         self._sized: list[int] = []  # its str and bytes leaves
         self._unit = 0  # the bytes of its other leaves
-        self._keys: list[int] = []
+        self._keys: list[int] = []  # tracked: the block's lineage, flat
+        self._widths: list[int] = []  # tracked: the keys each element stands for
+        self._several = False  # whether an element stands for other than one key
         self._nbytes = 0
         self._started = self._last = 0.0
 
@@ -101,14 +110,14 @@ class Gather:
             fits = self._fits(sig)
             blockable = fits or _blockable(sig)
             nbytes = _nbytes(leaves) if blockable else SMALL_BYTES + 1
-        if nbytes > SMALL_BYTES or (lineage and not _one_key(lineage)):
+        if nbytes > SMALL_BYTES:
             return [*self.flush(), Ready(element, lineage, 0, alone=True)]
         ready = [] if fits else self.flush()
         if not self._rows:
             self._start(element, sig, leaves, now)
         self._rows.append(leaves)
         self._nbytes += nbytes
-        if lineage:
+        if self._tracked:
             self._note(lineage)
         if (
             slow
@@ -157,10 +166,12 @@ class Gather:
         if not self._rows:
             return []
         columns = [_column(list(values)) for values in zip(*self._rows, strict=True)]
-        block = Block(self._first, columns, len(self._rows))
-        ready = Ready(block, tuple(self._keys) if self._keys else EMPTY, self._nbytes)
+        widths = np.array(self._widths, np.int64) if self._several else None
+        block = Block(self._first, columns, len(self._rows), widths)
+        ready = Ready(block, tuple(self._keys), self._nbytes)
         self._first = self._sig = self._loose = self._types = None
-        self._rows, self._keys, self._nbytes = [], [], 0
+        self._rows, self._keys, self._widths, self._nbytes = [], [], [], 0
+        self._several = False
         return [ready]
 
     def _fits(self, sig: encoder.Sig) -> bool:
@@ -174,21 +185,23 @@ class Gather:
         return encoder.without_lengths(sig) == self._loose
 
     def _note(self, lineage: Lineage) -> None:
-        """Adds the one key of ``lineage`` to the block's keys."""
-        keys = self._keys
-        if keys and keys[-1] == lineage[0]:
-            keys[-1] = lineage[1]
-        else:
-            keys += lineage
+        """Adds ``lineage``, what the element gathered stands for, to the block's keys."""
+        keys, width = self._keys, 0
+        for index in range(0, len(lineage), 2):
+            lo, hi = lineage[index], lineage[index + 1]
+            width += hi - lo
+            if keys and keys[-1] == lo:
+                keys[-1] = hi
+            else:
+                keys += (lo, hi)
+        self._widths.append(width)
+        if width != 1:
+            self._several = True
 
 
 def _fixed_type(kind: type) -> bool:
     """Whether a leaf's type alone fixes its signature (a Python or a numpy scalar)."""
     return kind in VALUE_TYPES or kind in FIXED_SCALARS
-
-
-def _one_key(lineage: Lineage) -> bool:
-    return len(lineage) == 2 and lineage[1] - lineage[0] == 1
 
 
 def _nbytes(leaves: list[Any]) -> int:

@@ -308,14 +308,15 @@ class TaskRunner:
         # on the hot path (W1's scalars).
         countdown = 0 if profile is None else 1  # elements to the next timed one
         # Blocks: from the pipeline where it reads in bulk, else gathered here.
-        gather = Gather() if self.output.takes_blocks and marks is None else None
+        tracked = self.output.tracked
+        takes_blocks = self.output.takes_blocks and marks is None
+        gather = Gather(tracked) if takes_blocks else None
         try:
             if gather is not None:
                 block = iterator.next_block(BLOCK_ELEMENTS)
                 if block is not None:
                     self._produce_blocks(iterator, block, profile, draining)
                     return
-            tracked = self.output.tracked
             for element in iterator:
                 if timed is not None:
                     timed.end()
