@@ -11,6 +11,7 @@ must make exactly the leaf values not received: none lost, none twice.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter
 from typing import Any
@@ -26,7 +27,7 @@ from zmqdata._dataset.iterator import IterContext, ListSplitProvider, Split
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.split_runs import by_split
 from zmqdata._wire import outputs
-from zmqdata._wire.lineage import Lineage, Ranges
+from zmqdata._wire.lineage import Lineage, Ranges, join
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -188,3 +189,79 @@ def test_batches_take_a_runs_outputs_at_once_as_they_took_them_one_by_one(
     assert many == _until_error(ds, splits)
     assert many[1] == "row 9"
     assert many[0][0] == ([[0], [1], [1], [2], [2]], (first + 1, first + 6))
+
+
+def read_by_blocks(
+    ds: zd.Dataset, splits: list[Split], limit: int
+) -> list[tuple[Any, Lineage]] | None:
+    """``read``, as a worker takes blocks where the pipeline gives them (else None)."""
+    root, runs = by_split(ds._node)
+    ctx = IterContext(
+        split_source=runs, split_provider=ListSplitProvider(splits), lineage=True
+    )
+    out: list[tuple[Any, Lineage]] = []
+    with make_iterator(root, ctx) as it:
+        while (block := it.next_block(limit)) is not None:
+            if not block.n:
+                return out
+            out += zip(block.rows(), block.lineages(it.lineage), strict=True)
+    return None
+
+
+@SETTINGS
+@given(
+    pipeline=pipelines(),
+    cuts=st.lists(st.integers(0, N), min_size=1, max_size=4, unique=True),
+    skipped=st.integers(0, 3),
+    limit=st.sampled_from([1, 3, 64]),
+)
+def test_blocks_of_split_runs_are_its_elements_with_their_keys(
+    pipeline, cuts, skipped, limit
+):
+    """Split runs hand out blocks (outputs of a split made again skipped, owed keys
+    claimed by the next element) standing for what their elements do one by one."""
+    names, build = pipeline
+    if REFUSED & set(names):
+        return
+    bounds = sorted({0, N, *cuts})
+    count = len(bounds) - 1
+    splits = [  # the first outputs of each split delivered before; its end short
+        [0, lo, hi, outputs.base(0, k, count) + skipped, outputs.base(0, k, count) + 40]
+        for k, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
+    blocks = read_by_blocks(build(zd.Dataset.range(N)), splits, limit)
+    if blocks is None:
+        return  # a pipeline that makes its elements one at a time
+    one_by_one = read(build(zd.Dataset.range(N)), splits)
+    assert [values(e) for e, _ in blocks] == [values(e) for e, _ in one_by_one]
+    # The same keys in the same order; a filter's dropped keys may go with the
+    # element before them in a block rather than the one after.
+    assert joined(blocks) == joined(one_by_one)
+    assert all(lineage for _, lineage in blocks)
+
+
+def joined(elements: list[tuple[Any, Lineage]]) -> Lineage:
+    return functools.reduce(join, (lineage for _, lineage in elements), ())
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda ds: ds.batch(3).unbatch(),
+        lambda ds: ds.batch(3).unbatch().batch(4),
+        lambda ds: ds.batch(3).unbatch().filter(lambda x: x % 3 != 0),
+        lambda ds: ds.map(lambda x: x).batch(2).unbatch(),
+    ],
+    ids=["unbatch", "rebatch", "filter", "map_unbatch"],
+)
+def test_split_runs_below_block_ops_give_blocks(build):
+    bounds = [0, 7, 18, N]
+    splits = [
+        [0, lo, hi, outputs.base(0, k, 3) + 2, outputs.base(0, k, 3) + 40]
+        for k, (lo, hi) in enumerate(itertools.pairwise(bounds))
+    ]
+    blocks = read_by_blocks(build(zd.Dataset.range(N)), splits, 4)
+    one_by_one = read(build(zd.Dataset.range(N)), splits)
+    assert blocks is not None
+    assert [values(e) for e, _ in blocks] == [values(e) for e, _ in one_by_one]
+    assert joined(blocks) == joined(one_by_one)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zmqdata._dataset.block import END, Block
 from zmqdata._dataset.constants import UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import (
     DatasetIterator,
@@ -48,7 +49,7 @@ from zmqdata._dataset.iterator import (
 )
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._wire.lineage import EMPTY, Lineage, join
+from zmqdata._wire.lineage import EMPTY, Lineage, join, size
 from zmqdata._wire.outputs import split_base
 
 ENDLESS = -1
@@ -235,6 +236,43 @@ class _SplitRunsIterator(DatasetIterator):
         if key > start:
             self.lineage = join(lineage, (start, key))
         return out
+
+    def next_block(self, limit: int) -> Block | None:
+        """Up to ``limit`` next outputs of one split's run as a block, where the run gives blocks.
+
+        Its elements stand for consecutive keys, the first also for the keys
+        owed before it (``Block.widths``); None where the run gives none.
+        """
+        while True:
+            try:
+                run = self._run if self._run is not None else self._start_run()
+            except StopIteration:
+                return END
+            key = self._key
+            block = run.next_block(min(limit, self._end - key))
+            if block is None:
+                return None
+            if not block.n:
+                self._end_run(key)
+                continue
+            self._key = after = key + block.n
+            if after <= self._first:  # delivered before (a split made again)
+                continue
+            if key < self._first:
+                block, key = block.part(self._first - key, block.n), self._first
+            if after >= self._end:
+                self._end_run(after)
+            return self._claiming_owed(block, (key, after))
+
+    def _claiming_owed(self, block: Block, keys: Lineage) -> Block:
+        """``block``, its ``lineage`` set: ``keys``, and its first element the keys owed."""
+        owed, self._owed = self._owed, EMPTY
+        self.lineage = join(owed, keys)
+        if not owed:
+            return block
+        widths = block.own_widths().copy()
+        widths[0] += size(owed)
+        return Block(block.first, block.columns, block.n, widths)
 
     def _start_run(self) -> Any:
         """Starts (and returns) the next split's run; ``StopIteration`` after the last."""
