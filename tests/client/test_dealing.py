@@ -6,7 +6,9 @@ split outputs (in ordinal order) and R alone. ``Sim`` drives R ``ReadCore`` +
 ``DealtBuffer`` and answer with the real ``dealt.answer``, and a dispatcher
 that hands splits out, follows heartbeats, releases splits and re-hands a lost
 worker's splits, all in an order drawn at random; the streams must equal the
-reference computed directly.
+reference computed directly. Workers put their elements one by one or in
+blocks (as a source that reads in bulk does), which replies cut to each
+consumer's rows.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from hypothesis import strategies as st
 from tests.client.fakes import Driven, Recorder, driven, options
 from zmqdata._client.core import END, Failure
 from zmqdata._client.dealing import DealPlan
+from zmqdata._dataset.block import Block
 from zmqdata._dispatcher.dealing import skip_for
 from zmqdata._wire import deal, frames
 from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import TaskInfo
-from zmqdata._worker.buffer import Cancelled, Raw
+from zmqdata._worker.buffer import Cancelled, Item, Raw, count
 from zmqdata._worker.dealt import DealtBuffer, DealtSend, answer
 from zmqdata._worker.serving import Refuse
 
@@ -58,6 +61,26 @@ def reference(counts: list[int], R: int, stream: deal.Stream) -> list[list[str]]
 
 
 # ------------------------------------------------------------------ the simulation
+
+
+def frame_groups(items: list[Item]) -> list[list[Any]]:
+    """A reply's frames-codec messages, as the data loop makes them: runs of
+    small elements in one, each block in its own, columnar."""
+    groups, raw = [], []
+    for item in items:
+        if isinstance(item, Block):
+            if raw:
+                groups.append(frames.encode(raw))
+                raw = []
+            group = frames.encode_block(item.first, item.columns, item.n)
+            assert group is not None
+            groups.append(group)
+        else:
+            assert isinstance(item, Raw)
+            raw.append(item.element)
+    if raw:
+        groups.append(frames.encode(raw))
+    return groups
 
 
 @dataclass
@@ -110,8 +133,11 @@ class Sim:
         start: int = 0,
         capacity: int = 1_000,
         window: int | None = None,
+        block: int = 1,
     ) -> None:
         self.counts, self.R, self.rng = counts, R, rng
+        self.block = block
+        """The most elements a worker puts at once (1: one by one, unblocked)."""
         self.outputs = outputs(counts)
         self.stream = stream or deal.Stream()
         self.start = start
@@ -245,14 +271,24 @@ class Sim:
             buffer.end(q, i)
             worker.current = None
         else:
-            if i >= skip:
+            n = min(self.rng.randint(1, self.block), self.counts[q] - i)
+            lo = max(i, skip)  # the producer cuts a block at the skip
+            if lo < i + n:
                 try:  # with stop set, a put that would wait raises instead
-                    buffer.put(q, i, Raw(self.outputs[q][i]), 8, WOULD_WAIT)
+                    buffer.put(
+                        q, lo, self.item(q, lo, i + n), 8 * (i + n - lo), WOULD_WAIT
+                    )
                 except Cancelled:
                     return False
-            worker.current[1] += 1
+            worker.current[1] += n
         self.serve_parked(worker)
         return True
+
+    def item(self, q: int, lo: int, hi: int) -> Item:
+        """Split ``q``'s elements ``lo`` to ``hi``: one, or a block (unless blocks are off)."""
+        if self.block == 1:
+            return Raw(self.outputs[q][lo])
+        return Block.of("", [self.outputs[q][lo:hi]])
 
     def serve(self, worker: Worker, r: int, request: m.GetElements) -> bool:
         decision = answer(request, worker.buffer)
@@ -265,22 +301,20 @@ class Sim:
             self.ranks[r].inbox.setdefault(worker.task_id, []).append((reply, [b""]))
             return True
         assert isinstance(decision, DealtSend)
-        elements = [item.element for item in decision.items]
-        group = frames.encode(elements) if elements else []
+        groups = frame_groups(decision.items)
         header = m.Elements(
             request_id=request.request_id,
             task_id=request.task_id,
-            count=len(elements),
-            parts=[len(group)] if group else [],
+            count=count(decision.items),
+            parts=[len(group) for group in groups],
             split=decision.split,
             indices=decision.indices,
             produced=decision.produced,
             ended=decision.ended,
             counts=decision.counts,
         )
-        self.ranks[r].inbox.setdefault(worker.task_id, []).append(
-            (header, [b"", *group])
-        )
+        parts = [b"", *(frame for group in groups for frame in group)]
+        self.ranks[r].inbox.setdefault(worker.task_id, []).append((header, parts))
         return True
 
     def serve_parked(self, worker: Worker) -> None:
@@ -382,7 +416,8 @@ class Sim:
 @st.composite
 def epochs(draw: Any) -> dict[str, Any]:
     """Split counts (0: a split a filter emptied), R, which worker makes which
-    split, each worker's buffer (in elements) and the readers' window."""
+    split, each worker's buffer (in elements), the readers' window and the
+    most elements a worker puts at once (1: one by one; more: in blocks)."""
     counts = draw(st.lists(st.integers(0, 7), min_size=1, max_size=14))
     workers = draw(st.integers(1, 4))
     assign = [draw(st.integers(0, workers - 1)) for _ in counts]
@@ -392,12 +427,15 @@ def epochs(draw: Any) -> dict[str, Any]:
         "assign": assign,
         "capacity": draw(st.sampled_from([1_000, 1, 2, 5])),
         "window": draw(st.sampled_from([None, 1, 2, 3, 8])),
+        "block": draw(st.sampled_from([1, 3, 8])),
     }
 
 
 def simulate(case: dict[str, Any], seed: int, **overrides: Any) -> Sim:
     """A ``Sim`` of ``case`` (an ``epochs()`` draw), its order drawn from ``seed``."""
-    args = {k: case[k] for k in ("counts", "R", "assign", "capacity", "window")}
+    args = {
+        k: case[k] for k in ("counts", "R", "assign", "capacity", "window", "block")
+    }
     return Sim(rng=random.Random(seed), **(args | overrides))
 
 
@@ -470,13 +508,13 @@ def test_a_restored_read_survives_a_lost_worker(case, seed, lose_at):
 
 @pytest.mark.parametrize("capacity", [1, 2, 5])
 @pytest.mark.parametrize("window", [2, 3])
-def test_small_buffers_and_windows_still_finish(capacity, window):
+@pytest.mark.parametrize("block", [1, 4])
+def test_small_buffers_and_windows_still_finish(capacity, window, block):
     counts = [5, 0, 3, 7, 1, 4, 6, 2]
     for seed in range(5):
         rng = random.Random(seed)
-        sim = Sim(
-            counts, 3, [q % 2 for q in range(8)], rng, capacity=capacity, window=window
-        )
+        assign = [q % 2 for q in range(8)]
+        sim = Sim(counts, 3, assign, rng, capacity=capacity, window=window, block=block)
         sim.run()
         assert sim.streams() == reference(counts, 3, deal.Stream())
 

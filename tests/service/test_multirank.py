@@ -41,6 +41,20 @@ FILTERED = zd.Dataset.range(700).filter(lambda x: x % 7 != 3).batch(3)
 BATCHED = zd.Dataset.range(500).map(lambda x: x * 2).batch(4)
 """Splits cut to whole batches of 4 (``dealing.whole_batch``)."""
 PLAIN = zd.Dataset.range(400)
+RANGE = zd.Dataset.range(3_001)
+"""Read in blocks: splits of 46 elements."""
+ROWS = zd.Dataset.from_tensor_slices(
+    {"x": np.arange(2_003), "y": np.arange(2_003, dtype=np.float32) / 3}
+)
+"""Dict rows read in blocks: splits of 31 elements."""
+SMALL_BLOCK = 20
+"""Elements per block in the tests of blocks: they do not divide the splits."""
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process workers' sources read ``SMALL_BLOCK`` elements a block."""
+    monkeypatch.setattr("zmqdata._worker.task.BLOCK_ELEMENTS", SMALL_BLOCK)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +79,9 @@ def fresh(prefix: str = "mr") -> str:
 
 
 def key(element: Any) -> tuple[Any, ...]:
-    """A hashable, exact form of an element (dtype, shape and bytes)."""
+    """A hashable, exact form of an element (dtype, shape and bytes; a dict's by key)."""
+    if isinstance(element, dict):
+        return tuple((name, key(value)) for name, value in element.items())
     array = np.asarray(element)
     return (array.dtype.str, array.shape, array.tobytes())
 
@@ -206,6 +222,13 @@ def test_every_rank_gets_its_turns_of_the_reference_order(shared, ds, R):
     assert streams == dealt(tokens, R)
 
 
+@pytest.mark.parametrize("R", [2, 3])
+@pytest.mark.parametrize("ds", [RANGE, ROWS], ids=["range", "rows"])
+def test_blocks_deal_the_reference_order(shared, small_blocks, ds, R):
+    """Sources read in bulk put blocks, each reply takes a rank's rows of them."""
+    assert read(shared.target, ds, R) == dealt(reference(ds, 7), R)
+
+
 def test_streams_are_byte_identical_with_one_or_three_workers(cluster):
     one, three = cluster(num_workers=1), cluster(num_workers=3)
     got_one = read(one.target, FILTERED, 3, seed=11)
@@ -324,6 +347,19 @@ def test_a_merged_save_resumes_on_another_number_of_ranks(shared, R2):
     assert interleaved(resumed) == left[: R2 * len(resumed[0])]
 
 
+@pytest.mark.parametrize("ds", [RANGE, ROWS], ids=["range", "rows"])
+def test_a_save_mid_block_resumes_on_another_number_of_ranks(shared, small_blocks, ds):
+    R, step = 2, 333  # 666 elements: into split 14 of range's, its second block
+    took, states = save_at(shared.target, ds, R, step, 5, fresh("block-save"))
+    merged = service.merge_positions(states)
+    resumed = restore(shared.target, ds, 3, merged, 5, fresh("block-restore"))
+    tokens = reference(ds, 5)
+    assert took == [s[:step] for s in dealt(tokens, R)]
+    left = tokens[R * step :]
+    assert interleaved(resumed) == left[: 3 * len(resumed[0])]
+    assert len(left) - 3 * len(resumed[0]) < 3
+
+
 def test_a_restored_epoch_is_followed_by_the_next_epoch_in_full(shared):
     ds = PLAIN
     _, states = save_at(shared.target, ds, 2, 150, 8, fresh("next"))
@@ -438,9 +474,14 @@ def test_a_single_ranks_save_or_another_seed_cannot_be_restored(shared):
 # ------------------------------------------------------------------ worker loss
 
 
-def test_a_worker_stopped_mid_read_changes_no_stream(cluster):
+@pytest.mark.parametrize(
+    "ds",
+    [zd.Dataset.range(3_000).map(lambda x: x * 3).batch(2), zd.Dataset.range(6_000)],
+    ids=["batched", "blocks"],
+)
+def test_a_worker_stopped_mid_read_changes_no_stream(cluster, small_blocks, ds):
     c = cluster(num_workers=2, worker_timeout_ms=300)  # the dispatcher's
-    ds, R = zd.Dataset.range(3_000).map(lambda x: x * 3).batch(2), 2
+    R = 2
     name = fresh("loss")
     reached = threading.Barrier(R + 1, timeout=JOIN_TIMEOUT_S)
     go_on = threading.Event()

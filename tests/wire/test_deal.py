@@ -109,6 +109,13 @@ def test_token_at_lists_the_tokens_from_start_less_skip(stream):
     assert [stream.token_at(n) for n in range(len(expected))] == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(streams(), st.lists(st.integers(0, 150), max_size=40))
+def test_tokens_at_is_token_at_of_each(stream, indices):
+    tokens = stream.tokens_at(np.array(indices, dtype=np.int64))
+    assert tokens.tolist() == [stream.token_at(n) for n in indices]
+
+
 def test_stream_wire_form():
     assert Stream(4, Ranges([5, 7])).to_wire() == [4, 5, 7]
     assert Stream().to_wire() == [0]

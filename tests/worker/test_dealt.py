@@ -6,11 +6,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
+from zmqdata._dataset.block import Block
 from zmqdata._wire import messages as m
 from zmqdata._worker import dealt
-from zmqdata._worker.buffer import Cancelled, Encoded, Raw
+from zmqdata._worker.buffer import Cancelled, Encoded, Raw, count
 from zmqdata._worker.dealt import DealtBuffer, DealtSend, answer
 from zmqdata._worker.serving import Refuse
 
@@ -39,6 +41,12 @@ def filled(ordinal: int = 0, count: int = 4, skip: int = 0, end: bool = True) ->
     if end:
         buffer.end(ordinal, count)
     return buffer
+
+
+def taken(buffer: DealtBuffer, ordinal: int, indices: list[int]) -> list[int]:
+    """The indices ``buffer.take`` took: the first ones, as many as its items hold."""
+    items, _ = buffer.take(ordinal, indices)
+    return indices[: count(items)]
 
 
 def elements(send: Any) -> list[Any]:
@@ -82,24 +90,21 @@ def stop() -> Iterator[threading.Event]:
 def test_elements_are_taken_by_split_and_index_in_any_order():
     buffer = filled(count=4)
     assert buffer.buffered() == (4, 32)
-    items, taken, split = buffer.take(0, [2, 3])
+    items, split = buffer.take(0, [2, 3])
     assert [i.element for i in items] == ["0.2", "0.3"]
-    assert taken == [2, 3]
     assert split is not None
     assert (split.produced, split.ended) == (4, True)
-    items, taken, _ = buffer.take(0, [0])
+    items, _ = buffer.take(0, [0])
     assert [i.element for i in items] == ["0.0"]
     assert buffer.buffered() == (1, 8)
-    assert buffer.take(0, [0])[:2] == ([], [])  # taken once
-    assert buffer.take(5, [0]) == ([], [], None)  # not this buffer's split
+    assert buffer.take(0, [0])[0] == []  # taken once
+    assert buffer.take(5, [0]) == ([], None)  # not this buffer's split
 
 
 def test_take_returns_the_longest_run_that_is_made():
     buffer = filled(count=3, end=False)
-    _, taken, _ = buffer.take(0, [1, 2, 3, 4])
-    assert taken == [1, 2]
-    _, taken, _ = buffer.take(0, [0, 2, 3])  # 2 is gone: the run stops
-    assert taken == [0]
+    assert taken(buffer, 0, [1, 2, 3, 4]) == [1, 2]
+    assert taken(buffer, 0, [0, 2, 3]) == [0]  # 2 is gone: the run stops
 
 
 def test_skipped_elements_are_counted_not_kept():
@@ -108,11 +113,11 @@ def test_skipped_elements_are_counted_not_kept():
     for i in range(4):
         buffer.put(3, i, Raw(i), 8)
     assert buffer.buffered() == (2, 16)
-    _, taken, split = buffer.take(3, [0, 1, 2])
-    assert taken == []
+    items, split = buffer.take(3, [0, 1, 2])
+    assert items == []
     assert split is not None
     assert split.produced == 4
-    assert buffer.take(3, [2, 3])[1] == [2, 3]
+    assert taken(buffer, 3, [2, 3]) == [2, 3]
 
 
 def test_ended_splits_are_counted_latest_first_kept():
@@ -135,7 +140,7 @@ def test_release_drops_the_splits_below_and_ignores_them_later():
     buffer.release(1)
     assert buffer.released == 1
     assert buffer.buffered() == (1, 8)
-    assert buffer.take(0, [0]) == ([], [], None)
+    assert buffer.take(0, [0]) == ([], None)
     buffer.open(0, 0)  # handed again after release: not kept
     buffer.put(0, 0, Raw("late"), 8)
     assert buffer.buffered() == (1, 8)
@@ -189,7 +194,7 @@ def test_release_makes_room(stop):
     buffer.release(1)
     assert putter.done()
     assert putter.error is None
-    assert buffer.take(1, [0])[1] == [0]
+    assert taken(buffer, 1, [0]) == [0]
 
 
 def test_a_put_into_a_split_released_while_it_waited_keeps_nothing(stop):
@@ -449,8 +454,8 @@ def test_a_notice_for_a_split_not_opened_yet_waits_for_it():
     for i in range(4):
         buffer.put(2, i, Raw(i), 8)
     assert buffer.buffered() == (2, 16)
-    assert buffer.take(2, [1])[1] == [1]
-    assert buffer.take(2, [3])[1] == [3]
+    assert taken(buffer, 2, [1]) == [1]
+    assert taken(buffer, 2, [3]) == [3]
 
 
 def test_a_notice_with_the_indices_wanted_answers_them():
@@ -466,11 +471,11 @@ def test_notices_cannot_fill_a_workers_memory():
         answer(have(ordinal, *range(1_000)), buffer)
     for ordinal, kept in ((0, list(range(16, 20))), (70, list(range(20)))):
         buffer.open(ordinal, 0)
-        taken = []
+        took = []
         for i in range(20):  # taken as made: the buffer never fills
             buffer.put(ordinal, i, Raw(i), 8)
-            taken += buffer.take(ordinal, [i])[1]
-        assert taken == kept
+            took += taken(buffer, ordinal, [i])
+        assert took == kept
 
 
 def test_a_request_answered_by_the_end_of_its_split_leaves_the_bound_on(stop):
@@ -495,3 +500,135 @@ def test_a_request_waiting_for_its_split_to_open_leaves_the_bound_on(stop):
     assert elements(answer(request(1, 0), buffer)) == [0]
     putter = Putter(lambda: buffer.put(1, 1, Raw(1), 8, stop))
     assert putter.blocked()
+
+
+# ------------------------------------------------------------------ blocks
+
+
+def block(lo: int, n: int) -> Block:
+    """Elements ``{"x": lo + i, "s": f"s{lo + i}"}``: an int column and a str one."""
+    return Block.of(
+        {"x": 0, "s": ""}, [np.arange(lo, lo + n), [f"s{i}" for i in range(lo, lo + n)]]
+    )
+
+
+def rows(items: list[Any]) -> list[int]:
+    """The ``x`` of every element ``items`` hold, in order (blocks cut to rows)."""
+    out = []
+    for item in items:
+        assert isinstance(item, Block), item
+        out += [int(row["x"]) for row in item.rows()]
+    return out
+
+
+def test_each_consumer_takes_its_rows_of_a_block_as_one_strided_block():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, block(0, 10), 1_000)
+    assert buffer.buffered() == (10, 1_000)
+    items, _ = buffer.take(0, [1, 4, 7])  # R=3, consumer 1
+    assert len(items) == 1
+    assert rows(items) == [1, 4, 7]
+    assert items[0].rows()[2] == {"x": 7, "s": "s7"}
+    assert buffer.buffered() == (7, 700)
+    items, _ = buffer.take(0, [0, 3, 6, 9])
+    assert rows(items) == [0, 3, 6, 9]
+    assert buffer.buffered() == (3, 300)
+    assert taken(buffer, 0, [2, 5, 8]) == [2, 5, 8]
+    assert buffer.buffered() == (0, 0)
+    assert taken(buffer, 0, [2]) == []  # taken once
+
+
+def test_rows_not_evenly_spaced_are_picked_and_a_run_spans_blocks():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, block(0, 4), 40)
+    buffer.put(0, 4, Raw("single"), 8)  # a large element of a block goes alone
+    buffer.put(0, 5, block(5, 4), 40)
+    items, _ = buffer.take(0, [0, 1, 3, 4, 6, 8])
+    assert rows(items[:1]) == [0, 1, 3]
+    assert items[1] == Raw("single")
+    assert rows(items[2:]) == [6, 8]
+    assert count(items) == 6
+
+
+def test_a_run_stops_at_a_row_taken_or_not_made():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, block(0, 6), 60)
+    assert taken(buffer, 0, [3]) == [3]
+    assert taken(buffer, 0, [1, 2, 3, 4]) == [1, 2]  # 3 is gone
+    assert taken(buffer, 0, [4, 5, 6, 7]) == [4, 5]  # 6 is not made
+    buffer.put(0, 6, block(6, 2), 20)
+    assert taken(buffer, 0, [6, 7]) == [6, 7]
+    assert buffer.buffered() == (1, 10)  # row 0
+
+
+def test_the_rows_left_are_copied_out_once_half_are_taken():
+    """So that a block never holds more than twice the bytes counted."""
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    made = block(0, 8)
+    buffer.put(0, 0, made, 800)
+    items, _ = buffer.take(0, [0, 2, 4])  # 5 of 8 left: still the block's rows
+    assert rows(items) == [0, 2, 4]
+    assert np.shares_memory(items[0].columns[0], made.columns[0])
+    items, _ = buffer.take(0, [6])  # 4 of 8 left: copied out
+    assert buffer.buffered() == (4, 400)
+    items, _ = buffer.take(0, [1, 3, 5])
+    assert rows(items) == [1, 3, 5]
+    assert not np.shares_memory(items[0].columns[0], made.columns[0])
+    assert items[0].columns[1] == ["s1", "s3", "s5"]
+    assert rows(buffer.take(0, [7])[0]) == [7]
+    assert buffer.buffered() == (0, 0)
+
+
+def test_a_block_keeps_no_row_below_the_skip_nor_one_consumers_have():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, skip=3)
+    answer(have(0, 5), buffer)  # made again: consumers have 5 already
+    buffer.put(0, 0, block(0, 8), 800)
+    assert buffer.buffered() == (4, 400)  # 3, 4, 6, 7
+    answer(have(0, 6), buffer)
+    assert buffer.buffered() == (3, 300)
+    assert rows(answer(request(0, 3, 4), buffer).items) == [3, 4]
+    decision = answer(request(0, 5), buffer)
+    assert isinstance(decision, Refuse)  # had: never sent by this worker
+    assert rows(answer(request(0, 7), buffer).items) == [7]
+    assert buffer.buffered() == (0, 0)
+
+
+def test_a_block_waits_for_room_for_all_its_elements(stop):
+    buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.put(0, 0, block(0, 4), 40)
+    putter = Putter(lambda: buffer.put(0, 4, block(4, 6), 60, stop))
+    assert putter.blocked()  # 4 + 6 > 8
+    assert taken(buffer, 0, [0, 1]) == [0, 1]
+    assert putter.done()
+    assert putter.error is None
+    assert buffer.buffered() == (8, 80)
+
+
+def test_a_block_wakes_a_request_for_any_of_its_elements():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    assert answer(request(0, 5, 7), buffer) is None  # parked: 5 awaited
+    assert buffer.put(0, 0, block(0, 4), 40) is False
+    assert buffer.put(0, 4, block(4, 4), 40) is True
+    send = answer(request(0, 5, 7), buffer)
+    assert rows(send.items) == [5, 7]
+    assert (send.indices, send.produced) == ([5, 7], 8)
+
+
+def test_released_and_cleared_blocks_are_counted_out():
+    buffer = DealtBuffer(max_items=64, max_bytes=1 << 20)
+    buffer.open(0, 0)
+    buffer.open(1, 0)
+    buffer.put(0, 0, block(0, 4), 40)
+    buffer.take(0, [0])
+    buffer.put(1, 0, block(10, 4), 40)
+    buffer.release(1)
+    assert buffer.buffered() == (4, 40)
+    assert rows(buffer.clear()) == [10, 11, 12, 13]
+    assert buffer.buffered() == (0, 0)

@@ -18,6 +18,10 @@ splits move to other tasks and are made again, the same elements in the same
 order: the plan asks the new holder for what it still lacks. Its methods
 return what to send and deliver (``instructions``).
 
+Nothing here runs per element in Python: the elements asked for are located
+a split's worth at a time (``Stream.tokens_at``, ``Epoch.runs``), a reply's
+run of them is slotted in at once (``Arrivals``) and delivered as a run.
+
 >>> from zmqdata._client.options import ReadOptions
 >>> plan = DealPlan(ReadOptions("s", "1", 1, "j", None, None, "AUTO", 1, 2))
 >>> plan.deal_position()  # nothing known before the first IterationState
@@ -28,9 +32,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from zmqdata._client.core import ReadCore, Task
 from zmqdata._client.instructions import (
@@ -45,9 +50,10 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
-DEFAULT_WINDOW = 1024
+DEFAULT_WINDOW = 4096
 """Elements asked for ahead of the trainer when max_outstanding_requests is unset
-(several splits' worth, so every worker holding one is asked at once)."""
+(several splits' worth, so every worker holding one is asked at once; with
+1,024, small elements came in more, smaller replies: 1.4x the trainer's CPU)."""
 MAX_BATCH_BYTES = 256 * 2**20
 """The window shrinks so that at most this many decoded bytes are asked ahead."""
 REQUESTS_PER_TASK = 4
@@ -56,14 +62,101 @@ received (a worker parks at most 8 per peer and task)."""
 RETRY_S = 0.01
 """Elements waiting on a busy task, or on a split whose holder is not known
 yet, are asked for again after this (the latter with a heartbeat)."""
+_NONE = np.zeros(0, dtype=np.int64)
+"""No k (a request that only says what this consumer has)."""
 
 
 @dataclass
 class _Request:
     task_id: int
     ordinal: int
-    wanted: dict[int, int]
-    """Index in the split -> dealt index."""
+    ks: np.ndarray
+    """This consumer's k of each index asked for (dealt index ``r + k*R``)."""
+    indices: list[int]
+    """The split's indices asked for, ascending: a reply holds the first ones."""
+
+
+class Arrivals:
+    """This consumer's elements received and not delivered yet, by k (pure).
+
+    A slot for each k from ``base`` (the next to deliver) to the last asked
+    for; a reply fills a run of them at once.
+
+    >>> arrived = Arrivals()
+    >>> arrived.reserve(4)
+    >>> arrived.put(np.array([1, 3]), ["b", "d"], (5, 40))
+    >>> arrived.first_missing(), 3 in arrived, 2 in arrived
+    (0, True, False)
+    >>> arrived.put(np.array([0]), ["a"], (5, 40))
+    >>> arrived.first_missing(), arrived.take(2), arrived.base
+    (2, (['a', 'b'], [5, 40, 5, 40]), 2)
+    """
+
+    def __init__(self) -> None:
+        self.base = 0
+        self._elements: list[Any] = []
+        self._have = np.zeros(0, dtype=bool)
+        self._splits = np.zeros((0, 2), dtype=np.int64)
+        """``(ordinal, offset)`` of each slot's split."""
+
+    def reserve(self, end: int) -> None:
+        """Slots up to k ``end`` (excluded)."""
+        more = end - self.base - len(self._elements)
+        if more > 0:
+            self._elements += [None] * more
+            self._have = np.concatenate((self._have, np.zeros(more, dtype=bool)))
+            self._splits = np.concatenate((self._splits, np.zeros((more, 2), np.int64)))
+
+    def put(self, ks: np.ndarray, elements: list[Any], split: tuple[int, int]) -> None:
+        """``elements`` arrived for ``ks`` (ascending, reserved), of ``split``.
+
+        ``split``: ``(ordinal, offset)``. A run of consecutive k's is one slice.
+        """
+        at = ks - self.base
+        cuts = (np.flatnonzero(np.diff(at) != 1) + 1).tolist()
+        for lo, hi in itertools.pairwise([0, *cuts, len(at)]):
+            first = int(at[lo])
+            slots = slice(first, first + hi - lo)
+            self._elements[slots] = elements[lo:hi]
+            self._have[slots] = True
+            self._splits[slots] = split
+
+    def __contains__(self, k: int) -> bool:
+        """Whether k arrived (delivered: it did)."""
+        at = k - self.base
+        return at < 0 or (at < len(self._have) and bool(self._have[at]))
+
+    def arrived(self, ks: np.ndarray) -> np.ndarray:
+        """``k in self`` for each of ``ks``."""
+        at = ks - self.base
+        inside = (at >= 0) & (at < len(self._have))
+        found = at < 0
+        found[inside] = self._have[at[inside]]
+        return found
+
+    def first_missing(self) -> int:
+        """The first k not arrived."""
+        have = self._have
+        at = int(np.argmin(have)) if len(have) else 0
+        if len(have) and have[at]:  # every slot arrived
+            at = len(have)
+        return self.base + at
+
+    def take(self, n: int) -> tuple[list[Any], list[int]]:
+        """Removes the first ``n`` slots (arrived): their elements and anchors.
+
+        The anchors are ``[ordinal, offset]`` of each element's split, flat.
+        """
+        elements = self._elements[:n]
+        splits = self._splits[:n]
+        cuts = (np.flatnonzero(np.diff(splits[:, 0])) + 1).tolist()
+        anchors: list[int] = []
+        for lo, hi in itertools.pairwise([0, *cuts, n]):
+            anchors += splits[lo].tolist() * (hi - lo)
+        del self._elements[:n]
+        self._have, self._splits = self._have[n:], self._splits[n:]
+        self.base += n
+        return elements, anchors
 
 
 @dataclass
@@ -75,6 +168,8 @@ class Epoch:
     ((0, 2), [10])
     >>> epoch.counted(0, 3); epoch.locate(14), epoch.offsets, epoch.dealt_total()
     ((1, 1), [10, 13, 17], None)
+    >>> epoch.runs(np.array([11, 12, 14, 16, 20]))  # split 2's end is not known
+    [(0, 10, 0, 2), (1, 13, 2, 4), (2, 17, 4, 5)]
     """
 
     total: int = 0
@@ -103,6 +198,22 @@ class Epoch:
         if i < 0 or q >= self.total:
             return None  # before the stream, or past the epoch's end
         return q, token - self.offsets[i]
+
+    def runs(self, tokens: np.ndarray) -> list[tuple[int, int, int, int]]:
+        """Ascending ``tokens`` (from the stream's start) by split.
+
+        ``(ordinal, its first token, lo, hi)`` for each run ``tokens[lo:hi]``
+        in one split; ordinal ``total`` for those past the epoch's end.
+        """
+        offsets = self.offsets
+        first = bisect.bisect_right(offsets, int(tokens[0])) - 1
+        last = bisect.bisect_right(offsets, int(tokens[-1]))
+        at = np.searchsorted(offsets[first:last], tokens, side="right") + (first - 1)
+        cuts = (np.flatnonzero(np.diff(at)) + 1).tolist()
+        return [
+            (self.start + int(at[lo]), offsets[int(at[lo])], lo, hi)
+            for lo, hi in itertools.pairwise([0, *cuts, len(tokens)])
+        ]
 
     def span(self, ordinal: int) -> tuple[int, int, int]:
         """``(ordinal, first token, end)`` of a split whose offset is known.
@@ -137,12 +248,11 @@ class DealPlan:
         self.epoch = Epoch()
         self._started = False
         self._next_ask = 0  # this consumer's k-th element: dealt r + k*R
-        self._next_deliver = 0
-        self._retry: list[int] = []  # k's asked for, to ask again
+        self._retry: list[np.ndarray] = []  # k's asked for, to ask again
         self._requests: dict[int, _Request] = {}
         self._ids = itertools.count(1)
-        self._arrived: dict[int, tuple[Any, int, int]] = {}
-        """k -> (element, ordinal, offset of that split)."""
+        self._arrived = Arrivals()
+        """The elements received; its ``base`` is the next k to deliver."""
         self._sizes: list[int] = []
         self._news = False
         """Something was learnt (counts, holders): waiting elements may be asked."""
@@ -165,7 +275,7 @@ class DealPlan:
         """
         if not self._started:
             return []
-        k = self._first_missing()
+        k = self._arrived.first_missing()
         if self._total_mine() is not None and k >= (self._total_mine() or 0):
             return [self._index, max(self.epoch.total, 1), 0]
         token = self.epoch.stream.token_at(self._dealt(k))
@@ -234,7 +344,7 @@ class DealPlan:
                 split=ordinal,
                 have=have,
             )
-            self._requests[request.request_id] = _Request(task_id, ordinal, {})
+            self._requests[request.request_id] = _Request(task_id, ordinal, _NONE, [])
             out.append(ToWorker(task.endpoint, request))
         return out
 
@@ -252,16 +362,9 @@ class DealPlan:
             token = stream.token_at(self._dealt(k))
             if token >= hi:
                 break
-            if lo <= token and (k < self._next_deliver or k in self._arrived):
+            if lo <= token and k in self._arrived:
                 have.append(token - lo)
         return have
-
-    def _first_missing(self) -> int:
-        """The earliest of this consumer's elements (a k) not received."""
-        k = self._next_deliver
-        while k in self._arrived:
-            k += 1
-        return k
 
     def forget(self, task: Task) -> None:
         """The task's requests will not be answered: ask for them again."""
@@ -269,14 +372,13 @@ class DealPlan:
             if request.task_id == task.task_id:
                 self._take_back(request_id)
 
-    def _ask_again(self, dealt: Iterable[int]) -> None:
-        """These dealt indices are to be asked for again, at the next chance."""
-        self._retry += [self._mine(d) for d in dealt]
+    def _ask_again(self, ks: np.ndarray) -> None:
+        """These k's are to be asked for again, at the next chance."""
+        self._retry.append(ks)
         self._news = True
 
     def _take_back(self, request_id: int) -> None:
-        request = self._requests.pop(request_id)
-        self._ask_again(request.wanted.values())
+        self._ask_again(self._requests.pop(request_id).ks)
 
     # ------------------------------------------------------------ workers
 
@@ -293,74 +395,67 @@ class DealPlan:
         out = self._tell_moved(core) if self._moved else []
         counters = core.counters
         buffered = counters.received - counters.consumed
-        limit = self._next_deliver + self._window_now() - buffered
-        if self._next_deliver in self._arrived and not self._requests:
+        base = self._arrived.base
+        limit = base + self._window_now() - buffered
+        if base in self._arrived and not self._requests:
             # Held back until its round is known complete: keep one request
             # out past it, whose answer says how far the split has got.
-            limit = max(limit, self._next_deliver + 2)
+            limit = max(limit, base + 2)
         counters.starved = self._next_ask >= limit
-        wanted = list(range(self._next_ask, max(self._next_ask, limit)))
+        wanted = np.arange(self._next_ask, max(self._next_ask, limit), dtype=np.int64)
         self._next_ask = max(self._next_ask, limit)
+        self._arrived.reserve(self._next_ask)
         if self._news or now >= self._retry_at:
-            wanted = sorted({*self._retry, *wanted})
+            wanted = np.sort(np.concatenate([*self._retry, wanted]))
             self._retry, self._news = [], False
             self._retry_at = float("inf")
-        if wanted:
+        if len(wanted):
             out += self._ask(core, wanted, now)
         return out
 
-    def _ask(self, core: ReadCore, wanted: list[int], now: float) -> list[Instruction]:
-        """Sends what can be asked for of ``wanted`` (k's); the rest waits.
+    def _ask(self, core: ReadCore, wanted: np.ndarray, now: float) -> list[Instruction]:
+        """Sends what can be asked for of ``wanted`` (k's, ascending); the rest waits.
 
         The earliest element not received is asked for even when later ones
         hold every slot to its task: a worker whose buffer is full may wait
-        for it to be taken (``DealtBuffer.put``).
+        for it to be taken (``DealtBuffer.put``). Once every task has its
+        requests out, the rest waits without a look at its splits.
         """
-        first = self._dealt(self._first_missing())
+        wanted = wanted[~self._arrived.arrived(wanted)]
+        if not len(wanted):
+            return []
+        epoch = self.epoch
+        tokens = epoch.stream.tokens_at(self._index + wanted * self._consumers)
+        first = self._arrived.first_missing()
         in_flight: dict[int, int] = {}
         for request in self._requests.values():
             in_flight[request.task_id] = in_flight.get(request.task_id, 0) + 1
+        free = sum(max(0, REQUESTS_PER_TASK - in_flight.get(t, 0)) for t in core.tasks)
         out: list[Instruction] = []
         unowned = False
-        for ordinal, indices in sorted(self._by_split(wanted).items()):
-            task = core.tasks.get(self.epoch.owners.get(ordinal, -1))
-            spare = first in indices.values()
+        for ordinal, offset, lo, hi in epoch.runs(tokens):
+            ks = wanted[lo:hi]
+            spare = int(ks[0]) == first  # those before it arrived: it comes first
+            if ordinal >= epoch.total:  # past the end, as far as is known
+                self._retry.append(ks)
+                continue
+            if not free and not spare:
+                self._retry.append(wanted[lo:])
+                self._retry_at = min(self._retry_at, now + RETRY_S)
+                break
+            task = core.tasks.get(epoch.owners.get(ordinal, -1))
             if task is None or not self._may_ask(core, task, in_flight, now, spare):
                 unowned = unowned or task is None
-                self._retry += [self._mine(d) for d in indices.values()]
+                self._retry.append(ks)
                 self._retry_at = min(self._retry_at, now + RETRY_S)
                 continue
-            out.append(self._send(core, task, ordinal, indices))
+            out.append(self._send(core, task, ordinal, tokens[lo:hi] - offset, ks))
             in_flight[task.task_id] = in_flight.get(task.task_id, 0) + 1
+            free = max(0, free - 1)
         if unowned and now >= self._state_due:  # a split handed out lately
             self._state_due = now + RETRY_S
             out += core.heartbeat(now)
         return out
-
-    def _by_split(self, wanted: list[int]) -> dict[int, dict[int, int]]:
-        """``wanted`` (k's not arrived) by split: ordinal -> index in it -> dealt index.
-
-        Those whose split is not known yet are put on the retry list.
-        """
-        by_split: dict[int, dict[int, int]] = {}
-        span: tuple[int, int, int] | None = None  # the last split found: q, lo, hi
-        for k in wanted:
-            if k in self._arrived:
-                continue
-            dealt = self._dealt(k)
-            token = self.epoch.stream.token_at(dealt)
-            if span is None or not span[1] <= token < span[2]:
-                span = self._span_of(token)
-                if span is None:
-                    self._retry.append(k)
-                    continue
-            by_split.setdefault(span[0], {})[token - span[1]] = dealt
-        return by_split
-
-    def _span_of(self, token: int) -> tuple[int, int, int] | None:
-        """``(ordinal, first token, end)`` of ``token``'s split; None while not known."""
-        at = self.epoch.locate(token)
-        return None if at is None else self.epoch.span(at[0])
 
     @staticmethod
     def _may_ask(
@@ -381,27 +476,32 @@ class DealPlan:
         return max(1, min(self._window, MAX_BATCH_BYTES // average))
 
     def _send(
-        self, core: ReadCore, task: Task, ordinal: int, indices: dict[int, int]
+        self,
+        core: ReadCore,
+        task: Task,
+        ordinal: int,
+        at: np.ndarray,
+        ks: np.ndarray,
     ) -> ToWorker:
         request_id = next(self._ids)
-        ordered = sorted(indices)
+        indices = at.tolist()
         request = m.GetElements(
             request_id=request_id,
             task_id=task.task_id,
             client_id=core.client_id,
-            max_elements=len(ordered),
+            max_elements=len(indices),
             ticket=task.ticket,
             split=ordinal,
-            indices=ordered,
+            indices=indices,
         )
-        self._requests[request_id] = _Request(task.task_id, ordinal, indices)
+        self._requests[request_id] = _Request(task.task_id, ordinal, ks, indices)
         return ToWorker(task.endpoint, request)
 
     def on_unsent(self, request: m.GetElements, now: float) -> None:
         """A request that could not be queued: its elements are asked for again."""
         taken = self._requests.pop(request.request_id, None)
-        if taken is not None and taken.wanted:  # a ``have`` notice is not resent
-            self._ask_again(taken.wanted.values())
+        if taken is not None and taken.indices:  # a ``have`` notice is not resent
+            self._ask_again(taken.ks)
 
     def on_elements(
         self, core: ReadCore, header: m.Elements, reply: FromWorker, now: float
@@ -417,20 +517,28 @@ class DealPlan:
         if elements:
             self._sizes = [*self._sizes[-63:], max(1, nbytes // len(elements))]
         epoch = self.epoch
-        for i in range(0, len(header.counts) - 1, 2):
-            epoch.counted(header.counts[i], header.counts[i + 1])
+        counts = header.counts
+        for ordinal, count in zip(counts[::2], counts[1::2], strict=False):
+            if ordinal not in epoch.counts:  # most were told before
+                epoch.counted(ordinal, count)
         if header.ended:
             epoch.counted(request.ordinal, header.produced)
         else:
             epoch.produced[request.ordinal] = max(
                 epoch.produced.get(request.ordinal, 0), header.produced
             )
-        offset = epoch.offsets[request.ordinal - epoch.start]
-        for index, element in zip(header.indices, elements, strict=False):
-            dealt = request.wanted.pop(index, None)
-            if dealt is not None:
-                self._arrived[self._mine(dealt)] = (element, request.ordinal, offset)
-        self._ask_again(request.wanted.values())
+        got = len(elements)
+        if header.indices != request.indices[:got]:
+            return core.fail(
+                InvalidArgumentError(
+                    f"task {request.task_id} answered indices {header.indices[:8]} "
+                    f"of split {request.ordinal}, not the first of those asked"
+                )
+            )
+        if got:
+            offset = epoch.offsets[request.ordinal - epoch.start]
+            self._arrived.put(request.ks[:got], elements, (request.ordinal, offset))
+        self._ask_again(request.ks[got:])
         return self._deliver(core)
 
     def on_error(self, core: ReadCore, error: m.Error, now: float) -> list[Instruction]:
@@ -441,7 +549,7 @@ class DealPlan:
         failure = refused(error)
         if failure is not None:
             return core.fail(failure)
-        self._ask_again(request.wanted.values())
+        self._ask_again(request.ks)
         task = core.tasks.get(request.task_id)
         if task is not None:
             task.retry_later(now)
@@ -450,23 +558,21 @@ class DealPlan:
     # ------------------------------------------------------------ the trainer
 
     def _deliver(self, core: ReadCore) -> list[Instruction]:
-        """Hands out, in order, the elements whose round is complete; ends at the end."""
+        """Hands out, in order, the elements whose round is complete; ends at the end.
+
+        Element k's round is complete once the dealt indices below ``(k+1)*R``
+        are known to exist.
+        """
         total = self._total_mine()
-        known = self.epoch.stream.index_of(self.epoch.known_tokens())
-        run, anchors = [], []
-        while self._next_deliver in self._arrived:
-            k = self._next_deliver
-            if total is not None and k >= total:
-                break
-            round_end = (k + 1) * self._consumers
-            if total is None and known < round_end:
-                break  # the last round may be incomplete: wait to know
-            element, ordinal, offset = self._arrived.pop(k)
-            run.append(element)
-            anchors += [ordinal, offset]
-            self._next_deliver += 1
-        out = core.deliver_dealt(run, anchors) if run else []
-        if total is not None and self._next_deliver >= total:
+        if total is None:
+            known = self.epoch.stream.index_of(self.epoch.known_tokens())
+            end = known // self._consumers
+        else:
+            end = total
+        arrived = self._arrived
+        run = min(arrived.first_missing(), end) - arrived.base
+        out = core.deliver_dealt(*arrived.take(run)) if run > 0 else []
+        if total is not None and arrived.base >= total:
             out += core.end()
         return out
 

@@ -8,8 +8,15 @@ consumer knows which tokens are its own, the worker only what it made.
 ``serving.from_buffer``); a request for elements not made yet is parked. Splits
 the dispatcher released (every consumer is past them) are dropped.
 
+A source that reads in bulk puts a block (``_dataset/block.py``) at its first
+index: its rows are kept together and each request takes the ones it asks for
+as one block (a consumer's indices step by R: strided columns), sent
+columnar. A block counts the rows it has left, and their share of its bytes;
+once half of them are taken the rest are copied out, so that it never holds
+more than twice the bytes counted.
+
 >>> from zmqdata._worker.buffer import Raw
->>> buffer = DealtBuffer(max_items=8, max_bytes=1 << 20)
+>>> buffer = DealtBuffer(max_items=16, max_bytes=1 << 20)
 >>> buffer.open(3, skip=0)  # True would mean: a parked request waits for it
 False
 >>> request = m.GetElements(task_id=1, client_id=1, max_elements=2, split=3, indices=[1])
@@ -21,40 +28,225 @@ True
 >>> reply = answer(request, buffer)
 >>> [item.element for item in reply.items], reply.indices, reply.produced, reply.ended
 (['b'], [1], 2, True)
+>>> import numpy as np
+>>> buffer.open(4, skip=0)
+False
+>>> buffer.put(4, 0, Block(np.int64(0), [np.arange(10)], 10), 80)
+False
+>>> reply = answer(m.GetElements(task_id=1, client_id=1, max_elements=4,
+...                              split=4, indices=[1, 3, 5, 7]), buffer)
+>>> [block.columns[0].tolist() for block in reply.items], buffer.buffered()
+([[1, 3, 5, 7]], (7, 56))
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+
+from zmqdata._dataset.block import Block
 from zmqdata._wire import messages as m
-from zmqdata._worker.buffer import Item, wait_for_room
+from zmqdata._worker.buffer import Item, count, elements_in, wait_for_room
 from zmqdata._worker.serving import Refuse
 
 COUNTS_TOLD = 64
 """How many of the task's latest split counts every reply carries."""
 
 
+class _Rows:
+    """A block a split keeps: the rows not taken yet, and their split indices."""
+
+    __slots__ = ("block", "end", "indices", "kept", "left", "nbytes")
+
+    def __init__(self, block: Block, index: int, nbytes: int, kept: np.ndarray) -> None:
+        self.block = block
+        self.indices = np.arange(index, index + block.n)
+        """The split index of each row, ascending."""
+        self.end = index + block.n
+        """Past the last index it ever held: where the next block may start."""
+        self.kept = kept
+        self.left = int(np.count_nonzero(kept))
+        self.nbytes = nbytes
+        """What all of ``block``'s rows hold."""
+
+    @property
+    def counted(self) -> int:
+        """The bytes counted for it: its rows' share of ``nbytes`` left."""
+        return self.nbytes * self.left // self.block.n
+
+    def take(self, run: list[int]) -> Block | None:
+        """The longest prefix of ``run`` (ascending indices) kept here, taken out."""
+        wanted = np.asarray(run, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.indices, wanted), self.block.n - 1)
+        held = (self.indices[at] == wanted) & self.kept[at]
+        if not held.all():
+            at = at[: int(np.argmin(held))]
+        if not len(at):
+            return None
+        self.kept[at] = False
+        self.left -= len(at)
+        return _pick(self.block, at)
+
+    def drop(self, index: int) -> bool:
+        """Drops the row of split index ``index`` if kept; whether it was."""
+        at = int(np.searchsorted(self.indices, index))
+        if at == self.block.n or self.indices[at] != index or not self.kept[at]:
+            return False
+        self.kept[at] = False
+        self.left -= 1
+        return True
+
+    def compact(self) -> None:
+        """Copies out the rows left once they are half or less of the block."""
+        if not self.left or 2 * self.left > self.block.n:
+            return
+        at = np.flatnonzero(self.kept)
+        self.nbytes = self.nbytes * self.left // self.block.n
+        self.block = _pick(self.block, at, copy=True)
+        self.indices = self.indices[at]
+        self.kept = np.ones(self.left, dtype=bool)
+
+
+def _pick(block: Block, at: np.ndarray, copy: bool = False) -> Block:
+    """The rows of ``block`` at positions ``at`` (ascending) as a block.
+
+    Evenly spaced rows are strided views (a dealt consumer's every R-th),
+    unless ``copy``.
+    """
+    n = len(at)
+    if n == block.n:
+        return block
+    first = block.element(int(at[0]))
+    step = int(at[1] - at[0]) if n > 1 else 1
+    if not copy and (n < 3 or bool((np.diff(at) == step).all())):
+        rows = slice(int(at[0]), int(at[-1]) + 1, step)
+        return Block(first, [column[rows] for column in block.columns], n)
+    listed = at.tolist()
+    columns = [
+        column[at] if isinstance(column, np.ndarray) else [column[i] for i in listed]
+        for column in block.columns
+    ]
+    return Block(first, columns, n)
+
+
 @dataclass
 class _Split:
     skip: int
     items: dict[int, tuple[Item, int]] = field(default_factory=dict)
+    """Elements put one by one, by index: ``(item, nbytes)``."""
+    blocks: dict[int, _Rows] = field(default_factory=dict)
+    """Blocks put, by their first index."""
+    starts: list[int] = field(default_factory=list)
+    """The first index of every block put, ascending (of some dropped since)."""
     produced: int = 0
     ended: bool = False
     had: set[int] = field(default_factory=set)
     """Indices consumers said they have (a split made again): not kept."""
+    count: int = 0
+    """The elements it keeps."""
     nbytes: int = 0
-    """What ``items`` hold."""
+    """The bytes counted for them."""
 
-    def pop(self, index: int) -> tuple[Item, int] | None:
-        """Removes element ``index`` if kept: ``(item, nbytes)``."""
+    def keep(self, index: int, item: Item, nbytes: int) -> None:
+        """Keeps ``item`` (a block: its rows) at ``index``, less what is not wanted."""
+        if type(item) is not Block:
+            if index >= self.skip and index not in self.had:
+                self.items[index] = (item, nbytes)
+                self.count += 1
+                self.nbytes += nbytes
+            return
+        indices = np.arange(index, index + item.n)
+        kept = indices >= self.skip
+        if self.had:
+            kept &= ~np.isin(indices, list(self.had))
+        rows = _Rows(item, index, nbytes, kept)
+        if rows.left:
+            rows.compact()
+            self.blocks[index] = rows
+            self.starts.append(index)
+            self.count += rows.left
+            self.nbytes += rows.counted
+
+    def take(self, indices: list[int]) -> list[Item]:
+        """The items of the longest run of ``indices`` kept, removed."""
+        items: list[Item] = []
+        i = 0
+        while i < len(indices):
+            entry = self.items.pop(indices[i], None)
+            if entry is not None:
+                items.append(entry[0])
+                self.count -= 1
+                self.nbytes -= entry[1]
+                i += 1
+                continue
+            found = self._rows_at(indices[i])
+            if found is None:
+                break
+            key, rows = found
+            end = bisect.bisect_left(indices, rows.end, i)
+            counted = rows.counted
+            block = rows.take(indices[i:end])
+            if block is None:
+                break
+            items.append(block)
+            self._taken_from(key, rows, block.n, counted)
+            i += block.n
+            if i < end:
+                break
+        return items
+
+    def drop(self, index: int) -> bool:
+        """Drops element ``index`` if kept; whether it was."""
         entry = self.items.pop(index, None)
         if entry is not None:
+            self.count -= 1
             self.nbytes -= entry[1]
-        return entry
+            return True
+        found = self._rows_at(index)
+        if found is None:
+            return False
+        key, rows = found
+        counted = rows.counted
+        if not rows.drop(index):
+            return False
+        self._taken_from(key, rows, 1, counted)
+        return True
+
+    def _rows_at(self, index: int) -> tuple[int, _Rows] | None:
+        """The block kept that ``index`` falls in (its first index, its rows), if any."""
+        at = bisect.bisect_right(self.starts, index) - 1
+        if at < 0:
+            return None
+        key = self.starts[at]
+        rows = self.blocks.get(key)
+        if rows is None or index >= rows.end:
+            return None
+        return key, rows
+
+    def _taken_from(self, key: int, rows: _Rows, n: int, counted: int) -> None:
+        """``n`` rows left block ``key``, which counted ``counted`` bytes before."""
+        self.count -= n
+        rows.compact()
+        self.nbytes -= counted - rows.counted
+        if not rows.left:
+            del self.blocks[key]
+            if len(self.starts) > 2 * len(self.blocks) + 8:
+                self.starts = [q for q in self.starts if q in self.blocks]
+
+    def held(self) -> list[Item]:
+        """What it keeps (a block whole), dropping it."""
+        dropped = [item for item, _ in self.items.values()]
+        dropped += [rows.block for rows in self.blocks.values()]
+        self.items.clear()
+        self.blocks.clear()
+        self.starts.clear()
+        self.count = self.nbytes = 0
+        return dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,18 +316,19 @@ class DealtBuffer:
     ) -> bool:
         """Keeps element ``index`` of a split, waiting for room (``Cancelled`` on stop).
 
-        It goes past the bound by one split at most (``_may_exceed``), and
-        by the splits of a lost worker made again here, so the bound holds
-        for every job, one whose ranks never come too: what the other splits
-        hold then is the slower ranks' share, and the readers ahead wait for
-        them. Returns whether a parked request waits for this element (wake
-        the data loop).
+        A block is its elements from ``index`` on. It goes past the bound by
+        one split at most (``_may_exceed``), and by the splits of a lost
+        worker made again here, so the bound holds for every job, one whose
+        ranks never come too: what the other splits hold then is the slower
+        ranks' share, and the readers ahead wait for them. Returns whether a
+        parked request waits for one of its elements (wake the data loop).
         """
+        n = elements_in(item)
         with self._cond:
             while (
                 self._items
                 and (
-                    self._items >= self._max_items
+                    self._items + n > self._max_items
                     or self._bytes + nbytes > self._max_bytes
                 )
                 and not self._may_exceed(ordinal)
@@ -144,16 +337,18 @@ class DealtBuffer:
             split = self._splits.get(ordinal)
             if split is None:  # released meanwhile
                 return False
-            split.produced = index + 1
-            if index >= split.skip and index not in split.had:
-                split.items[index] = (item, nbytes)
-                split.nbytes += nbytes
-                self._items += 1
-                self._bytes += nbytes
-            if (ordinal, index) in self._awaited:
-                self._awaited.discard((ordinal, index))
-                return True
-            return False
+            split.produced = index + n
+            before = split.count, split.nbytes
+            split.keep(index, item, nbytes)
+            self._recount(split, before)
+            made = {a for a in self._awaited if a[0] == ordinal and a[1] < index + n}
+            self._awaited -= made
+            return bool(made)
+
+    def _recount(self, split: _Split, before: tuple[int, int]) -> None:
+        """Counts what ``split`` keeps now; ``before``: its ``(count, nbytes)`` (under the lock)."""
+        self._items += split.count - before[0]
+        self._bytes += split.nbytes - before[1]
 
     def _may_exceed(self, ordinal: int) -> bool:
         """Whether a put of split ``ordinal`` may go past the bound (under the lock).
@@ -177,10 +372,10 @@ class DealtBuffer:
         if any(q < ordinal for q, _ in self._awaited):
             return True
         making = self._splits[ordinal]
-        others = self._items - len(making.items), self._bytes - making.nbytes
+        others = self._items - making.count, self._bytes - making.nbytes
         if others[0] < self._max_items and others[1] <= self._max_bytes:
             return True
-        return any(q > ordinal and split.items for q, split in self._splits.items())
+        return any(q > ordinal and split.count for q, split in self._splits.items())
 
     def discard(self, ordinal: int, indices: list[int]) -> None:
         """Consumers have these elements of a split made again: drop them."""
@@ -191,13 +386,11 @@ class DealtBuffer:
                     early = self._had_early.setdefault(ordinal, set())
                     early.update(indices[: max(0, self._max_items * 4 - len(early))])
                 return
+            before = split.count, split.nbytes
             for index in indices[: max(0, self._max_items * 4 - len(split.had))]:
-                entry = split.pop(index)
-                if entry is not None:
-                    self._items -= 1
-                    self._bytes -= entry[1]
-                elif index >= split.produced:
+                if not split.drop(index) and index >= split.produced:
                     split.had.add(index)
+            self._recount(split, before)
             self._cond.notify_all()
 
     def awaits(self, ordinal: int, index: int) -> bool:
@@ -246,24 +439,22 @@ class DealtBuffer:
 
     def take(
         self, ordinal: int, indices: list[int]
-    ) -> tuple[list[Item], list[int], _Split | None]:
-        """The longest run of ``indices`` made and kept, removed from the buffer."""
+    ) -> tuple[list[Item], _Split | None]:
+        """The longest run of ``indices`` made and kept, removed from the buffer.
+
+        Its items hold ``buffer.count(items)`` elements: that many of
+        ``indices``, the first ones.
+        """
         with self._cond:
             split = self._splits.get(ordinal)
             if split is None:
-                return [], [], None
-            items, taken = [], []
-            for index in indices:
-                entry = split.pop(index)
-                if entry is None:
-                    break
-                items.append(entry[0])
-                taken.append(index)
-                self._items -= 1
-                self._bytes -= entry[1]
+                return [], None
+            before = split.count, split.nbytes
+            items = split.take(indices)
             if items:
+                self._recount(split, before)
                 self._cond.notify_all()
-            return items, taken, split
+            return items, split
 
     def counts(self) -> list[int]:
         """``[ordinal, count, ...]`` of the splits ended lately."""
@@ -277,21 +468,17 @@ class DealtBuffer:
     def clear(self) -> list[Item]:
         """Drops everything (the task stopped); returns the items dropped."""
         with self._cond:
-            dropped = [
-                item for s in self._splits.values() for item, _ in s.items.values()
-            ]
-            for split in self._splits.values():
-                self._drop(split)
+            dropped = [item for s in self._splits.values() for item in self._drop(s)]
             self._splits.clear()
             self._awaited.clear()
             self._had_early.clear()
             return dropped
 
-    def _drop(self, split: _Split) -> None:
-        self._items -= len(split.items)
+    def _drop(self, split: _Split) -> list[Item]:
+        """Drops what ``split`` keeps (under the lock); returns its items."""
+        self._items -= split.count
         self._bytes -= split.nbytes
-        split.items.clear()
-        split.nbytes = 0
+        return split.held()
 
     @property
     def ended(self) -> bool:
@@ -324,10 +511,11 @@ def answer(request: m.GetElements, buffer: DealtBuffer) -> DealtSend | Refuse | 
         buffer.discard(request.split, request.have)
     if not request.indices:
         return DealtSend([], request.split, [], 0, False, buffer.counts())
-    items, taken, split = buffer.take(request.split, request.indices)
+    items, split = buffer.take(request.split, request.indices)
     if split is None:
         return _not_open(request, buffer)
     if items:
+        taken = request.indices[: count(items)]
         return DealtSend(
             items, request.split, taken, split.produced, split.ended, buffer.counts()
         )

@@ -11,7 +11,7 @@ mode          output           holds                                       clien
 ============  ===============  ==========================================  ===========
 FIRST_COME    FirstComeOutput  a ``TaskBuffer`` (tracked or not; blocks)   CreditPlan
 ROUNDS        RoundsOutput     a ``TaskBuffer``, one item per consumer     RoundPlan
-DEALT         DealtOutput      a ``DealtBuffer``, by split and index       DealPlan
+DEALT         DealtOutput      a ``DealtBuffer`` by split, index; blocks   DealPlan
 CACHE         CacheOutput      a ``SlidingWindowCache``, per trainer       CreditPlan
 ============  ===============  ==========================================  ===========
 
@@ -236,12 +236,14 @@ class DealtOutput(_Held[DealtBuffer]):
     """Multi-rank reads: a ``DealtBuffer``, served by split and index.
 
     Exactly once by position, not by keys: never ``tracked``; a leaving
-    worker's splits are made again elsewhere.
+    worker's splits are made again elsewhere. Its producer puts blocks, each
+    at its first index (``TaskRunner._deal``); a reply takes a consumer's
+    rows of them as blocks.
     """
 
     mode = ReadMode.DEALT
     tracked = False
-    takes_blocks = False
+    takes_blocks = True
     shares = True
     any_order = True
     handed = None

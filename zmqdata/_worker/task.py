@@ -385,20 +385,24 @@ class TaskRunner:
             else:
                 block = _next_block(iterator)
 
-    def _put_block(self, block: Block, lineage: Lineage) -> None:
+    def _put_block(
+        self, block: Block, lineage: Lineage, at: tuple[int, int] = (-1, -1)
+    ) -> None:
         """One item for ``block``'s elements, standing for ``lineage`` (EMPTY untracked).
 
         Elements too large to travel columnar go one by one, each standing
-        for its own keys (``Block.lineages``).
+        for its own keys (``Block.lineages``). ``at``: a dealt block's
+        ``(ordinal, first index)``.
         """
         columns, size = retained.compact_columns(block.columns)
         if size > block.n * INLINE_BYTES:
+            ordinal, first = at
             rows = zip(block.rows(), block.lineages(lineage), strict=True)
-            for element, keys in rows:
-                self._put(element, None, keys)
+            for index, (element, keys) in enumerate(rows):
+                self._put(element, None, keys, at=(ordinal, first + index))
             return
         item = dataclasses.replace(block, columns=columns)
-        if self.output.put(item, size, self._stop, lineage):
+        if self.output.put(item, size, self._stop, lineage, at=at):
             self._wake(self.task_id)
 
     def _produce_dealt(
@@ -431,10 +435,17 @@ class TaskRunner:
         skip: int,
         profiled: profiling.Profile | None,
     ) -> int:
-        """Puts split ``ordinal``'s elements past the first ``skip``; returns its count."""
+        """Puts split ``ordinal``'s elements past the first ``skip``; returns its count.
+
+        A source that reads in bulk gives them a block at a time, put whole
+        (``_deal_blocks``).
+        """
         count = 0
         timed = False
         try:
+            block = iterator.next_block(BLOCK_ELEMENTS)
+            if block is not None:
+                return self._deal_blocks(iterator, block, ordinal, skip, profiled)
             for element in iterator:
                 if timed:
                     profiled.end()  # type: ignore[union-attr]
@@ -448,6 +459,36 @@ class TaskRunner:
             if timed:  # the split ended while an element was asked for
                 profiled.end()  # type: ignore[union-attr]
             iterator.close()
+        return count
+
+    def _deal_blocks(
+        self,
+        iterator: DatasetIterator,
+        block: Block,
+        ordinal: int,
+        skip: int,
+        profiled: profiling.Profile | None,
+    ) -> int:
+        """``_deal`` of ``block`` and the next ones: each kept whole at its first index.
+
+        The first ``skip`` elements are not put. A timed block stands for an
+        element.
+        """
+        count = 0
+        while block.n:
+            if self._stop.is_set():
+                raise Cancelled
+            if count >= skip:
+                self._put_block(block, EMPTY, at=(ordinal, count))
+            elif count + block.n > skip:
+                rest = block.part(skip - count, block.n)
+                self._put_block(rest, EMPTY, at=(ordinal, skip))
+            count += block.n
+            if profiled is not None and profiled.timed():
+                block = _next_block(iterator)
+                profiled.end()
+            else:
+                block = _next_block(iterator)
         return count
 
     def _encoded(self, element: Any, size: int) -> Raw | Encoded:
