@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from zmq.utils.garbage import GarbageCollectorThread
 
 from tests import exclusive
@@ -25,6 +26,11 @@ from tests.service.validated import INVALID
 from zmqdata._dispatcher.server import VALIDATE_ENV
 
 os.environ[VALIDATE_ENV] = "1"  # inherited by the dispatcher processes started
+
+# The suite runs on 4 processes on 2 cores: input generation slowed by the load
+# is not a defect of a test (each test's own settings still apply).
+settings.register_profile("suite", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from zmqdata._dataset.iterator import IterContext, ListSplitProvider, Split
 from zmqdata._dataset.node import make_iterator
 from zmqdata._dataset.ops.split_runs import by_split
 from zmqdata._wire import outputs
-from zmqdata._wire.lineage import Lineage, Ranges, join
+from zmqdata._wire.lineage import Lineage, Ranges, join, size
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -234,10 +234,24 @@ def test_blocks_of_split_runs_are_its_elements_with_their_keys(
         return  # a pipeline that makes its elements one at a time
     one_by_one = read(build(zd.Dataset.range(N)), splits)
     assert [values(e) for e, _ in blocks] == [values(e) for e, _ in one_by_one]
-    # The same keys in the same order; a filter's dropped keys may go with the
-    # element before them in a block rather than the one after.
-    assert joined(blocks) == joined(one_by_one)
-    assert all(lineage for _, lineage in blocks)
+    assert_same_keys(blocks, one_by_one)
+
+
+def assert_same_keys(
+    blocks: list[tuple[Any, Lineage]], one_by_one: list[tuple[Any, Lineage]]
+) -> None:
+    """Each key claimed once, those of one by one included, in the same order.
+
+    A filter's dropped keys may go with the element before them in a block
+    (the last one's too) rather than with the one after them: a task reports
+    the keys nothing claimed as dropped at its end, so either is exact.
+    """
+    claimed, usual = joined(blocks), joined(one_by_one)
+    union = Ranges()
+    union.add_all(claimed)
+    assert size(claimed) == size(union)  # none twice
+    assert claimed[: len(usual) - 1] == usual[:-1]
+    assert claimed[len(usual) - 1] >= usual[-1] if usual else True
 
 
 def joined(elements: list[tuple[Any, Lineage]]) -> Lineage:
@@ -264,4 +278,4 @@ def test_split_runs_below_block_ops_give_blocks(build):
     one_by_one = read(build(zd.Dataset.range(N)), splits)
     assert blocks is not None
     assert [values(e) for e, _ in blocks] == [values(e) for e, _ in one_by_one]
-    assert joined(blocks) == joined(one_by_one)
+    assert_same_keys(blocks, one_by_one)

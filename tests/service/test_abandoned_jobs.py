@@ -88,7 +88,9 @@ def fill_up(c: Cluster, rank: Rank) -> None:
     def stalled() -> bool:
         nonlocal last, since
         seen.append(buffered(workers))
-        count = len(rank.keys) if all(h >= BUFFER_ITEMS for h in seen[-1]) else -1
+        # Full: the next block (a split's rows, put whole) would not fit.
+        full = all(h >= BUFFER_ITEMS // 2 for h in seen[-1])
+        count = len(rank.keys) if full else -1
         now = time.monotonic()
         if count != last:
             last, since = count, now

@@ -203,7 +203,10 @@ class DealtProgress:
     def _from(self, info: dict[str, Any]) -> None:
         """Counts from the start of the iteration ``info`` (``IterationState.deal``)."""
         self._info = info
-        self._anchors: deque[tuple[int, int]] = deque()
+        # The batches taken and not yet consumed: (their first element's
+        # number, their anchors flat), read only by ``state``.
+        self._batches: deque[tuple[int, list[int]]] = deque()
+        self._taken = 0
         self._anchor = (int(info.get("start", 0)), int(info.get("stream", [0])[0]))
         self._consumed = 0
 
@@ -219,12 +222,28 @@ class DealtProgress:
         self._from(state.deal)
 
     def took(self, batch: Batch) -> None:
-        anchors = batch.anchors
-        self._anchors.extend(zip(anchors[::2], anchors[1::2], strict=True))
+        self._last_anchor()  # forget the batches consumed
+        if batch.anchors:
+            self._batches.append((self._taken, batch.anchors))
+            self._taken += len(batch.anchors) // 2
 
     def consumed_one(self) -> None:
-        self._anchor = self._anchors.popleft()
         self._consumed += 1
+
+    def _last_anchor(self) -> tuple[int, int]:
+        """The anchor of the last element consumed (counted, not kept per element)."""
+        batches, consumed = self._batches, self._consumed
+        while batches:
+            first, anchors = batches[0]
+            last = consumed - first - 1  # its index in this batch
+            if last < 0:
+                break
+            if 2 * last + 2 < len(anchors):
+                self._anchor = (anchors[2 * last], anchors[2 * last + 1])
+                break
+            self._anchor = (anchors[-2], anchors[-1])
+            batches.popleft()
+        return self._anchor
 
     def state(self, options: ReadOptions, unconsumed: int) -> dict[str, Any]:
         """This consumer's position (``get_state``): what it handed out."""
@@ -239,7 +258,7 @@ class DealtProgress:
             consumer_index=options.consumer_index,
             stream=deal.Stream(stream[0], Ranges(stream[1:])),
             consumed=self._consumed,
-            anchor=self._anchor,
+            anchor=self._last_anchor(),
             job=options.job_name or "",
         ).to_state()
 
