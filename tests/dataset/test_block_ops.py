@@ -13,13 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal, assert_state_roundtrip
 from tests.dataset.test_lineage import check_invariant, key_of, values
-from tests.dataset.test_parquet import files, table, write  # noqa: F401 (fixture)
+from tests.dataset.test_parquet import (  # noqa: F401 (fixture)
+    corrupt_file,
+    files,
+    table,
+    write,
+)
 from zmqdata._dataset.block import Block
 from zmqdata._dataset.iterator import DatasetIterator, IterContext, ListSplitProvider
 from zmqdata._dataset.node import make_iterator
@@ -234,12 +238,7 @@ def test_a_filter_that_keeps_nothing_of_a_block_reads_on():
 
 
 def test_a_batch_over_a_corrupt_file_goes_on_past_it_as_one_at_a_time(tmp_path):
-    path = tmp_path / "a.parquet"
-    write(path, table(0, 12), write_page_checksum=True, compression="none")
-    column = pq.ParquetFile(str(path)).metadata.row_group(2).column(0)
-    data = bytearray(path.read_bytes())
-    data[column.data_page_offset + column.total_compressed_size - 3] ^= 0xFF
-    path.write_bytes(bytes(data))  # rows 8 on fail
+    path = corrupt_file(tmp_path)  # rows 8 on fail
     ds = zd.Dataset.from_parquet(str(path), columns=["i", "f"])
     batches = ds.batch(3).ignore_errors()
     assert [b["i"].tolist() for b in batches] == [[0, 1, 2], [3, 4, 5]]

@@ -497,13 +497,19 @@ def test_a_truncated_file(files, tmp_path):
     assert ids(run_over(ds, [[0, 10]])) == list(range(10))
 
 
-def test_a_corrupt_page_names_its_element_and_row(tmp_path):
+def corrupt_file(tmp_path):
+    """12 rows in row groups of 4 whose third group's first column fails its checksum."""
     path = tmp_path / "a.parquet"
     write(path, table(0, 12), write_page_checksum=True, compression="none")
     column = pq.ParquetFile(str(path)).metadata.row_group(2).column(0)
     data = bytearray(path.read_bytes())
     data[column.data_page_offset + column.total_compressed_size - 3] ^= 0xFF
     path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_corrupt_page_names_its_element_and_row(tmp_path):
+    path = corrupt_file(tmp_path)
     ds = zd.Dataset(build(str(path)))
     with pytest.raises(
         InvalidArgumentError,
