@@ -57,6 +57,22 @@ def test_the_byte_cap_asks_one_element_until_the_size_is_known() -> None:
     assert reader.counters.starved
 
 
+def test_until_the_size_is_known_every_task_is_asked_one_element() -> None:
+    """A task whose worker cannot answer (registered, then silent) does not stall
+    the read until the dispatcher drops it: the others' elements come."""
+    reader = Reader(options(), [1, 2, 3])
+    probes = reader.sent.take()
+    assert sorted((r.task_id, r.max_elements) for r in probes) == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
+    silent, *answering = probes
+    for request in answering:
+        reader.reply(request, [request.task_id])
+    assert sorted(reader.elements()) == sorted(r.task_id for r in answering)
+
+
 def test_large_elements_are_pipelined_in_requests_of_request_bytes() -> None:
     reader = Reader(options(max_outstanding_requests=100), [1])
     [first] = reader.sent.take()

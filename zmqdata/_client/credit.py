@@ -97,7 +97,7 @@ class CreditPlan:
         readable = core.readable_tasks()
         chunk = self._pipelined_chunk(len(readable))
         idle = _idle(core, readable, 1 if chunk is None else PIPELINED_REQUESTS, now)
-        free = self._free_credit()
+        free = self._free_credit(len(readable))
         self._counters.starved = bool(idle) and free <= 0
         out: list[Instruction] = []
         for task in idle:
@@ -145,7 +145,8 @@ class CreditPlan:
         chunk = max(1, REQUEST_BYTES // average)
         return chunk if chunk < self._capacity // tasks else None
 
-    def _free_credit(self) -> int:
+    def _free_credit(self, tasks: int) -> int:
+        """The elements to ask ``tasks`` readable tasks for now."""
         counters = self._counters
         buffered = counters.received - counters.consumed
         free = self._capacity - self._in_flight - buffered
@@ -153,9 +154,10 @@ class CreditPlan:
             return free
         average = counters.average_size()
         if average is None:
-            # No element size known yet: one element in flight, whose reply
-            # (with everything the worker had buffered) shows the size.
-            return 1 - self._in_flight - buffered
+            # No element size known yet: one element in flight per task, whose
+            # first reply shows the size (one task alone may be a worker that
+            # cannot answer until the dispatcher drops it: the read would stall).
+            return min(free, max(1, tasks) - self._in_flight - buffered)
         buffered_bytes = counters.received_bytes - counters.consumed_bytes
         by_bytes = (self._byte_cap - buffered_bytes) // average - self._in_flight
         return min(free, by_bytes)
