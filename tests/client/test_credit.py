@@ -67,7 +67,7 @@ def test_until_the_size_is_known_every_task_is_asked_one_element() -> None:
         (2, 1),
         (3, 1),
     ]
-    silent, *answering = probes
+    _silent, *answering = probes
     for request in answering:
         reader.reply(request, [request.task_id])
     assert sorted(reader.elements()) == sorted(r.task_id for r in answering)
