@@ -89,6 +89,17 @@ class Block:
         first = self.first if indices[0] == 0 else self.element(int(indices[0]))
         return Block(first, columns, len(indices), widths)
 
+    def claiming(self, keys: int) -> Block:
+        """This block, its first element standing for ``keys`` more keys.
+
+        Those dropped or owed before it: they come first in its lineage.
+        """
+        if not keys:
+            return self
+        widths = self.own_widths().copy()
+        widths[0] += keys
+        return Block(self.first, self.columns, self.n, widths)
+
     def own_widths(self) -> np.ndarray:
         """How many keys each element stands for, ``widths`` or one each."""
         return np.ones(self.n, np.int64) if self.widths is None else self.widths

@@ -54,9 +54,10 @@ class _RepeatIterator(DatasetIterator):
         """The input's blocks, pass after pass (None where the input gives none)."""
         while self._input is not None:
             block = self._input.next_block(limit)
-            if block is None or block.n:
-                if block is not None:
-                    self._produced_this_pass += block.n
+            if block is None:
+                return None
+            if block.n:
+                self._produced_this_pass += block.n
                 return block
             self._next_pass()
         return END

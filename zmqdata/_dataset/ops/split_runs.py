@@ -268,11 +268,7 @@ class _SplitRunsIterator(DatasetIterator):
         """``block``, its ``lineage`` set: ``keys``, and its first element the keys owed."""
         owed, self._owed = self._owed, EMPTY
         self.lineage = join(owed, keys)
-        if not owed:
-            return block
-        widths = block.own_widths().copy()
-        widths[0] += size(owed)
-        return Block(block.first, block.columns, block.n, widths)
+        return block.claiming(size(owed))
 
     def _start_run(self) -> Any:
         """Starts (and returns) the next split's run; ``StopIteration`` after the last."""

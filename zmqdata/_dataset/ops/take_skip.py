@@ -43,9 +43,10 @@ class _PositionIterator(UnaryIterator):
     def next_block(self, limit: int) -> Block | None:
         """The input's blocks cut to what ``keep`` accepts (``take``, ``skip``).
 
-        Without lineage only (``consuming``): a kept element would stand for
-        the skipped ones before it, and a block for one key per element.
+        With lineage (``consuming``), the first element kept also stands for
+        the keys of those skipped before it, as one at a time.
         """
+        skipped = 0  # keys of the elements skipped
         while self._stop is None or self._position < self._stop:
             if self._stop is not None:
                 limit = min(limit, self._stop - self._position)
@@ -54,8 +55,13 @@ class _PositionIterator(UnaryIterator):
                 return block
             lo, self._position = self._position, self._position + block.n
             first = self.first_kept(lo)
-            if first < self._position:
-                return block if first == lo else block.part(first - lo, block.n)
+            if first >= self._position:
+                skipped += block.keys(block.n)
+                continue
+            if first > lo:
+                skipped += block.keys(first - lo)
+                block = block.part(first - lo, block.n)
+            return block.claiming(skipped)
         return END
 
     def first_kept(self, position: int) -> int:
