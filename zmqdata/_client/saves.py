@@ -24,7 +24,7 @@ from typing import Any
 
 from zmqdata._client import rpc, settings
 from zmqdata._client.api import get_status, register_dataset
-from zmqdata._dataset import fs
+from zmqdata._dataset import fs, snapshot
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._runtime import clock
 from zmqdata._wire import messages as m
@@ -34,21 +34,6 @@ from zmqdata.errors import FailedPreconditionError
 POLL_S = 0.2
 """How often ``wait=True`` asks the dispatcher how the save goes."""
 COMPRESSIONS = ("AUTO", "zstd", None)
-
-
-def codec(compression: str | None, path: str) -> str | None:
-    """How chunks are written: ``"AUTO"`` is zstd on object stores only.
-
-    Object stores' reads cost the network; local reads cost the
-    decompression (raw chunks load 2.3x faster from a hot page cache,
-    docs/performance.md "Preprocess once").
-
-    >>> codec("AUTO", "s3://b/save"), codec("AUTO", "/data/save"), codec("zstd", "/d")
-    ('zstd', None, 'zstd')
-    """
-    if compression == "AUTO":
-        return "zstd" if fs.is_url(path) else None
-    return compression
 
 
 def distributed_save(
@@ -63,7 +48,7 @@ def distributed_save(
     ``path``: a local folder every worker and the dispatcher can write (a
     shared file system) or an fsspec URL (``s3://``, ``gs://``, ...); it must
     not hold another save. ``compression``: ``"AUTO"`` (zstd chunks on object
-    stores, raw ones on local paths: ``codec``), ``"zstd"`` or None (raw).
+    stores, raw ones on local paths: ``snapshot.resolve_compression``), ``"zstd"`` or None (raw).
     ``wait=True`` returns once the save finished, and raises
     ``FailedPreconditionError`` with the reason if it failed; ``wait=False``
     returns once the save started (``get_status()["saves"]`` shows how it
@@ -73,7 +58,9 @@ def distributed_save(
     _check(dataset, path, compression, wait)
     dataset_id = register_dataset(target, dataset, compression=None)
     request = m.StartSave(
-        dataset_id=dataset_id, path=path, compression=codec(compression, path)
+        dataset_id=dataset_id,
+        path=path,
+        compression=snapshot.resolve_compression(compression, path),
     )
     timeout_s = settings.current().dispatcher_timeout_s
     save_id = rpc.call(target, request, m.StartSaveReply, timeout_s).save_id

@@ -536,6 +536,41 @@ class Dataset:
             raise TypeError(f"concatenate takes a Dataset, got {other!r}")
         return Dataset(builders.concatenate_node(self._node, other._node))
 
+    def cache(self, filename: str = "") -> Dataset:
+        """The elements of the first complete pass, kept for the later ones (tf.data's).
+
+        ``""`` keeps them in memory; a file name (or an fsspec URL) keeps them
+        there, in the save format (docs/snapshots.md), for later runs too. A
+        pass cut short keeps nothing. Under ``distributed_epoch`` a file cache
+        is a ``snapshot`` written at ``filename``, and one in memory is refused.
+
+        >>> ds = Dataset.range(3).map(lambda x: x * 2).cache()
+        >>> [int(x) for x in ds], [int(x) for x in ds]
+        ([0, 2, 4], [0, 2, 4])
+        """
+        from zmqdata._dataset.ops import cache
+
+        return Dataset(cache.build("cache", self._node, filename))
+
+    def snapshot(self, path: str, compression: str | None = "AUTO") -> Dataset:
+        """Its elements written once under ``path``, read back by later runs (tf.data's).
+
+        Keyed by the fingerprint of the ops before it (their arguments and
+        functions' code): a run whose pipeline has a finished snapshot there
+        reads it instead of running them; a changed pipeline writes its own.
+        On the service, the first ``distributed_epoch`` job streams while its
+        workers write (docs/snapshots.md). ``compression``: ``"AUTO"`` (zstd on
+        object stores), ``"zstd"`` or None.
+
+        >>> import tempfile
+        >>> ds = Dataset.range(3).map(lambda x: x + 1).snapshot(tempfile.mkdtemp())
+        >>> [int(x) for x in ds], [int(x) for x in ds]  # written, then read
+        ([1, 2, 3], [1, 2, 3])
+        """
+        from zmqdata._dataset.ops import cache
+
+        return Dataset(cache.build("snapshot", self._node, path, compression))
+
     def prefetch(self, buffer_size: int) -> Dataset:
         """Runs ahead of the consumer by up to ``buffer_size`` elements on a thread.
 

@@ -118,6 +118,22 @@ class IgnoredErrors:
         self.last = f"{type(error).__name__}: {error}"[:500]  # heartbeats stay small
 
 
+@dataclass(frozen=True, slots=True)
+class SplitChunk:
+    """A service job's word on the one split a pass runs under a ``snapshot``.
+
+    ``chunk`` (``[name, elements, bytes, crc32]``): the snapshot holds this
+    split's elements, read them and run none of the ops before it. ``None``:
+    run them, and write the split's chunk if the run makes the whole split;
+    ``written`` reports a committed chunk as ``[ordinal, name, elements,
+    bytes, crc32]`` (``_dataset/ops/cache_chunks.py``).
+    """
+
+    ordinal: int
+    chunk: list[Any] | None
+    written: Callable[[list[Any]], None]
+
+
 @dataclass
 class IterContext:
     """What every iterator of one pass shares.
@@ -139,6 +155,8 @@ class IterContext:
     """With ``lineage``, the marks of expanding ops' outputs (``_dataset/marks.py``)."""
     profile: Profile | None = None
     """Per-op statistics of this pass (``_dataset/profile.py``), if kept."""
+    chunk: SplitChunk | None = None
+    """A service job's one split under a ``snapshot``: read or write its chunk."""
 
     def provider_for(self, node: Node) -> SplitProvider | None:
         """The split provider if ``node`` is the split source of this pass."""

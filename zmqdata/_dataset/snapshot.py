@@ -62,12 +62,30 @@ __all__ = [
     "is_chunk_name",
     "read_chunk",
     "read_manifest",
+    "resolve_compression",
     "write_manifest",
 ]
 
 FORMAT = "zmqdata.snapshot/1"
 MANIFEST = "manifest.json"
 SAVING = "SAVING"
+
+
+def resolve_compression(compression: str | None, path: str) -> str | None:
+    """How chunks are written: ``"AUTO"`` is zstd on object stores only.
+
+    Object stores' reads cost the network; local reads cost the
+    decompression (raw chunks load 2.3x faster from a hot page cache,
+    docs/performance.md "Preprocess once").
+
+    >>> resolve_compression("AUTO", "s3://b/save"), resolve_compression("AUTO", "/data")
+    ('zstd', None)
+    >>> resolve_compression("zstd", "/d")
+    'zstd'
+    """
+    if compression == "AUTO":
+        return "zstd" if fs.is_url(path) else None
+    return compression
 
 
 def _read_json(path: str, what: str) -> Any:

@@ -13,6 +13,7 @@ from typing import Final
 from zmqdata._dataset.node import Op
 from zmqdata._dataset.ops.batch import Batch, Unbatch
 from zmqdata._dataset.ops.bucket import BucketBySequenceLength
+from zmqdata._dataset.ops.cache import Cache, Snapshot
 from zmqdata._dataset.ops.combine import Concatenate, Enumerate, Zip
 from zmqdata._dataset.ops.interleave import Interleave
 from zmqdata._dataset.ops.map import Filter, IgnoreErrors, Map
@@ -97,6 +98,8 @@ OPS: Final = Registry(
         ChooseFromDatasets(),
         Prefetch(),
         SplitRuns(),
+        Cache(),
+        Snapshot(),
     )
 )
 
