@@ -31,6 +31,7 @@ from tests.dispatcher.test_state import (
     send,
 )
 from zmqdata._config import DispatcherConfig
+from zmqdata._dataset.ops import split_runs
 from zmqdata._dispatcher import dealing
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.journal import Journal, JournalSink
@@ -286,9 +287,9 @@ def test_consumers_of_a_named_job_must_agree_on_the_seed(state):
 
 def test_splits_are_cut_to_whole_batches():
     ds = zd.Dataset.range(1_000).map(lambda x: x).batch(32)
-    assert dealing.whole_batch(ds._node) == 32
-    assert dealing.whole_batch(zd.Dataset.range(9).filter(bool).batch(4)._node) is None
-    assert dealing.whole_batch(zd.Dataset.range(9)._node) is None
+    assert split_runs.whole_batch(ds._node) == 32
+    assert split_runs.whole_batch(zd.Dataset.range(9).filter(bool).batch(4)._node) is None
+    assert split_runs.whole_batch(zd.Dataset.range(9)._node) is None
     records = ClusterRecords()
     records.apply(ev.DatasetRegistered("1", pipeline(ds), "f", None, b""))
     splits = dealing.splits_of(records.datasets["1"])

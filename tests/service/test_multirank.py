@@ -39,7 +39,7 @@ JOIN_TIMEOUT_S = 30
 FILTERED = zd.Dataset.range(700).filter(lambda x: x % 7 != 3).batch(3)
 """Filtered, then batched within each split: batches of 1 to 3."""
 BATCHED = zd.Dataset.range(500).map(lambda x: x * 2).batch(4)
-"""Splits cut to whole batches of 4 (``dealing.whole_batch``)."""
+"""Splits cut to whole batches of 4 (``split_runs.whole_batch``)."""
 PLAIN = zd.Dataset.range(400)
 RANGE = zd.Dataset.range(3_001)
 """Read in blocks: splits of 46 elements."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from zmqdata._client import rpc, settings
 from zmqdata._client.api import get_status, register_dataset
-from zmqdata._dataset import fs, snapshot
+from zmqdata._dataset import snapshot
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._runtime import clock
 from zmqdata._wire import messages as m

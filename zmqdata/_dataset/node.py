@@ -78,6 +78,10 @@ class Op(abc.ABC):
     """Whether one input element can make several outputs, the last of which
     claims the input's keys (``lineage``): then outputs reordered after it
     must not claim before their siblings are out (``iterator.Reorder``)."""
+    splits_alone: ClassVar[bool] = False
+    """Whether a job runs it, and the ops below it, on each split alone and
+    from scratch (``ops/split_runs.py``), as a 1-to-many op (a ``snapshot``:
+    one chunk per split)."""
     runs_splits: ClassVar[bool] = False
     """Whether it runs its input split by split, each output claiming its own
     key (``ops/split_runs.py``): nothing below it expands for the ops above."""

@@ -119,13 +119,14 @@ def _finished(path: str) -> bool:
         return False
 
 
-def begin(path: str, save_id: str) -> None:
+def begin(path: str, save_id: str, take_over: bool = False) -> None:
     """Claims ``path`` for save ``save_id``: writes its ``SAVING`` marker.
 
     Refused (``FailedPreconditionError`` naming the path, nothing written)
-    where ``path`` holds a finished save (``manifest.json``) or another
-    save's marker; the same save again (resuming) is fine. A path that cannot
-    be written raises ``PermissionDeniedError`` naming it.
+    where ``path`` holds a finished save (``manifest.json``) or, unless
+    ``take_over``, another save's marker; the same save again (resuming) is
+    fine. A path that cannot be written raises ``PermissionDeniedError``
+    naming it.
 
     >>> import tempfile
     >>> path = tempfile.mkdtemp()
@@ -155,7 +156,7 @@ def begin(path: str, save_id: str) -> None:
     except Exception as error:
         raise io_error(where, error, denied=True) from error
     other = _saving_id(path)
-    if other != save_id:
+    if other != save_id and not take_over:
         raise FailedPreconditionError(
             f"{path} is being written by save {other!r} (its {SAVING} marker); "
             "nothing was overwritten: save to another path (or, if that save is "

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
+import os
+import uuid
 import zlib
 from collections.abc import Iterator, Mapping
 from types import TracebackType
@@ -52,6 +55,24 @@ def check_path(path: Any) -> str:
     if not isinstance(path, str) or not path:
         raise InvalidArgumentError(f"a save path must be a non-empty str, got {path!r}")
     return path
+
+
+_WRITER = f"{os.getpid()}-{uuid.uuid4().hex[:16]}"
+"""This process, in the names of the chunks it writes."""
+_ATTEMPTS = itertools.count()
+"""Numbers the chunks this process writes: each attempt has a name of its own."""
+
+
+def chunk_name(ordinal: int) -> str:
+    """A name for a new chunk of split ``ordinal``, unique to this attempt.
+
+    >>> a, b = chunk_name(3), chunk_name(3)
+    >>> a.startswith("00000003-") and a.endswith(".chunk") and a != b
+    True
+    >>> is_chunk_name(a)
+    True
+    """
+    return f"{ordinal:08d}-{_WRITER}-{next(_ATTEMPTS)}.chunk"
 
 
 MAX_NAME = 256

@@ -26,7 +26,7 @@ from zmqdata._config import DispatcherConfig, check_pipeline_size
 from zmqdata._dataset import graph, snapshot
 from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dispatcher import dealing, model
+from zmqdata._dispatcher import dealing, model, snapshot_saves
 from zmqdata._dispatcher import events as ev
 from zmqdata._wire import deal, outputs
 from zmqdata._wire import messages as m
@@ -114,13 +114,17 @@ def _is_chunk(entry: Any) -> bool:
     )
 
 
-def _get_save_split(msg: m.GetSaveSplit, config: DispatcherConfig) -> None:
-    if len(msg.chunks) > MAX_CHUNKS_REPORTED or not all(map(_is_chunk, msg.chunks)):
+def _check_chunks(what: str, chunks: list[Any]) -> None:
+    """Chunks a worker reports: at most ``MAX_CHUNKS_REPORTED``, each ``_is_chunk``."""
+    if len(chunks) > MAX_CHUNKS_REPORTED or not all(map(_is_chunk, chunks)):
         raise InvalidArgumentError(
-            "get_save_split.chunks: expected at most "
-            f"{MAX_CHUNKS_REPORTED} [ordinal, name, elements, bytes, crc32], "
-            f"got {msg.chunks!r:.200}"
+            f"{what}.chunks: expected at most {MAX_CHUNKS_REPORTED} "
+            f"[ordinal, name, elements, bytes, crc32], got {chunks!r:.200}"
         )
+
+
+def _get_save_split(msg: m.GetSaveSplit, config: DispatcherConfig) -> None:
+    _check_chunks(msg.TYPE, msg.chunks)
     if len(msg.failed) > MAX_ERROR_CHARS:
         raise InvalidArgumentError(
             f"get_save_split.failed: at most {MAX_ERROR_CHARS} characters, "
@@ -193,6 +197,7 @@ def _get_split(msg: m.GetSplit, config: DispatcherConfig) -> None:
         raise InvalidArgumentError(
             f"get_split.counts: expected [ordinal, count, ...], got {counts!r:.100}"
         )
+    _check_chunks(msg.TYPE, msg.chunks)
 
 
 def _client_heartbeat(msg: m.ClientHeartbeat, config: DispatcherConfig) -> None:
@@ -272,7 +277,12 @@ def check_job(
             f"seed={msg.seed!r} orders a distributed_epoch read's splits: it needs "
             "processing_mode distributed_epoch and an int >= 0"
         )
-    if dealing.is_dealt(msg.processing_mode, msg.num_consumers, dataset.cardinality):
+    dealt = dealing.is_dealt(
+        msg.processing_mode, msg.num_consumers, dataset.cardinality
+    )
+    tracked = is_tracked(msg.exactly_once, msg.processing_mode, msg.cross_trainer_cache)
+    snapshot_saves.check_job(msg, dataset, whole=dealt or tracked)
+    if dealt:
         if msg.target_workers.upper() == "LOCAL":
             raise InvalidArgumentError(
                 "a multi-rank read (num_consumers with distributed_epoch) deals "
@@ -285,7 +295,7 @@ def check_job(
     else:
         if msg.num_consumers is not None:
             _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
-        if is_tracked(msg.exactly_once, msg.processing_mode, msg.cross_trainer_cache):
+        if tracked:
             _check_split_runs(dataset)
     if msg.cross_trainer_cache:
         _check_cross_trainer_cache(msg, dataset)

@@ -9,9 +9,6 @@ same elements. ``check_pipeline`` refuses, at job creation, what would make
 a split's elements depend on anything but the split.
 
 >>> import zmqdata as zd
->>> node = zd.Dataset.range(1000).map(lambda x: x).batch(32)._node
->>> whole_batch(node)
-32
 >>> from zmqdata._dataset.ops.split_runs import main_chain
 >>> check_pipeline(main_chain(zd.Dataset.range(9).shuffle(4)._node))
 Traceback (most recent call last):
@@ -25,9 +22,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zmqdata._dataset.node import Node
+from zmqdata._dataset.ops.split_runs import split_size, whole_batch_node
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
-from zmqdata._dispatcher.splits import SPLITS_PER_PASS, Splits, answered_before
+from zmqdata._dispatcher.splits import Splits, answered_before
 from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
@@ -103,7 +101,7 @@ def check_remainders(root: Node, alone: list[Node], what: str = _WHAT) -> None:
     Run per split, it would drop each split's remainder, not only the last
     one, unless the splits are cut to its multiple (``whole_batch``).
     """
-    whole = _whole_batch_node(root)
+    whole = whole_batch_node(root)
     for node in alone:
         dropping = node.op in ("batch", "padded_batch") and node.args.get(
             "drop_remainder"
@@ -116,32 +114,6 @@ def check_remainders(root: Node, alone: list[Node], what: str = _WHAT) -> None:
                 "so it would drop every split's remainder; put it after the "
                 "1-to-many op or after distribute, or drop_remainder=False"
             )
-
-
-def whole_batch(root: Node) -> int | None:
-    """The batch size splits should be a multiple of, so batches fill up.
-
-    The first ``batch`` above the source, when every op between makes one
-    element per element (``map``, ``prefetch``): a split of
-    ``k * batch_size`` elements then yields ``k`` whole batches.
-    """
-    node = _whole_batch_node(root)
-    return None if node is None else int(node.args["batch_size"])
-
-
-def _whole_batch_node(root: Node) -> Node | None:
-    """The ``batch`` ``whole_batch`` sizes splits for, if any."""
-    path = []
-    node = root
-    while node.inputs:
-        path.append(node)
-        node = node.inputs[0]
-    for node in reversed(path):
-        if node.op == "batch":
-            return node
-        if node.op not in ("map", "prefetch"):
-            break
-    return None
 
 
 class _Ranges(Splits):
@@ -167,10 +139,10 @@ def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = SPLIT_SIZE) -> S
     """
     source = dataset.split_source
     assert source is not None
+    if dataset.snapshot is not None:  # one chunk each, whatever the read
+        return _Ranges(source, dataset.snapshot.split_size)
     length = source.definition.cardinality(source, [])
-    size = max(bounds[0], min(bounds[1], length // SPLITS_PER_PASS))
-    batch = dataset.whole_batch or 1
-    return _Ranges(source, max(1, -(-size // batch)) * batch)
+    return _Ranges(source, split_size(length, bounds, dataset.whole_batch))
 
 
 def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:

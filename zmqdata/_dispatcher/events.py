@@ -269,6 +269,8 @@ class SaveStarted:
     num_splits: int
     started: float
     """Wall-clock time (``time.time()``)."""
+    by_jobs: bool = False
+    """A ``snapshot``'s save, written by the jobs that read it."""
 
 
 @dataclass(frozen=True, slots=True)

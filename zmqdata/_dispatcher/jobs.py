@@ -14,12 +14,19 @@ import logging
 from typing import TYPE_CHECKING
 
 from zmqdata._dataset import graph
-from zmqdata._dispatcher import checks, dealing, model, placement, tasking
+from zmqdata._dispatcher import (
+    checks,
+    dealing,
+    model,
+    placement,
+    snapshot_saves,
+    tasking,
+)
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.outgoing import Outgoing
 from zmqdata._dispatcher.records import ClusterRecords
 from zmqdata._wire import messages as m
-from zmqdata._wire.modes import is_tracked
+from zmqdata._wire.modes import ShardingPolicy, is_tracked
 from zmqdata.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:
@@ -107,6 +114,8 @@ def get_or_create_job(
         return [Outgoing(peer, reply)]
     dataset = dataset_of(records, msg.dataset_id)
     checks.check_job(msg, dataset, state.config)
+    if msg.processing_mode == ShardingPolicy.DYNAMIC:
+        snapshot_saves.open_save(state, dataset)
     job_id = _create_or_find_job(state, msg, dataset)
     reply = m.GetOrCreateJobReply(request_id=msg.request_id, job_id=job_id)
     job = records.jobs[job_id]

@@ -46,6 +46,27 @@ class Dataset:
     """The pipeline's cardinality (``-1`` infinite, ``-2`` unknown)."""
     whole_batch: int | None = None
     """Multi-rank reads: splits are cut to a multiple of this (whole batches)."""
+    snapshot: SnapshotTarget | None = None
+    """Its ``snapshot`` (or ``cache``) before ``distribute``, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTarget:
+    """Where a pipeline's ``snapshot`` (or ``cache``) lies (``snapshot_saves.py``)."""
+
+    op: str
+    """``"snapshot"`` or ``"cache"``."""
+    directory: str
+    """Its folder (``""``: a ``cache()`` in memory)."""
+    compression: str | None
+    fingerprint: str
+    """Of the ops before it: the manifest's ``dataset_id``."""
+    split_size: int
+    """Source elements per split, so per chunk (0: not splittable)."""
+    element_spec: bytes
+    """Of the ops before it (``specs.encode_spec``), for the manifest."""
+    refused: str = ""
+    """Why a ``distributed_epoch`` job over it is refused ("" if it is not)."""
 
 
 @dataclass
@@ -242,3 +263,6 @@ class Save:
     ended: bool = False
     error: str = ""
     """Why it failed ("" while running, and once finished)."""
+    by_jobs: bool = False
+    """A ``snapshot``'s: the jobs that read its pipeline write it as they
+    run (``snapshot_saves.py``), not save runners."""

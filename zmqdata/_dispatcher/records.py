@@ -22,9 +22,10 @@ from typing import Any, Protocol
 
 from zmqdata._dataset import fold, graph
 from zmqdata._dataset.node import Node
+from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dispatcher import dealing, invariants, model
 from zmqdata._dispatcher import events as ev
+from zmqdata._dispatcher import invariants, model, snapshot_saves
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
@@ -43,7 +44,8 @@ def derived(pipeline: bytes) -> dict[str, Any]:
 
     ``split_source``: its splittable source (or None); ``cardinality``: its
     cardinality; ``whole_batch``: the batch size multi-rank splits are cut to
-    (``dealing.whole_batch``). Functions are not loaded. Derived on
+    (``split_runs.whole_batch``); ``snapshot``: its ``snapshot_saves.target_of``.
+    Functions are not loaded. Derived on
     registration and replay, never journaled.
     """
     root = graph.deserialize(pipeline, load_functions=False)
@@ -54,7 +56,8 @@ def derived(pipeline: bytes) -> dict[str, Any]:
     return {
         "split_source": source,
         "cardinality": fold.cardinality(root),
-        "whole_batch": dealing.whole_batch(root),
+        "whole_batch": split_runs.whole_batch(root),
+        "snapshot": snapshot_saves.target_of(root),
     }
 
 
@@ -356,7 +359,13 @@ class ClusterRecords:
 
     def _save_started(self, e: ev.SaveStarted) -> None:
         self.saves[e.save_id] = model.Save(
-            e.save_id, e.path, e.dataset_id, e.compression, e.num_splits, e.started
+            e.save_id,
+            e.path,
+            e.dataset_id,
+            e.compression,
+            e.num_splits,
+            e.started,
+            by_jobs=e.by_jobs,
         )
 
     def _chunk_saved(self, e: ev.ChunkSaved) -> None:

@@ -98,7 +98,7 @@ def task_changes(
         saves=[
             save_def(records, save, held).to_wire()
             for save in records.saves.values()
-            if not save.ended
+            if not save.ended and not save.by_jobs
         ],
     )
 

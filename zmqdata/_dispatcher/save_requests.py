@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zmqdata._dataset import snapshot
 from zmqdata._dispatcher import events as ev
@@ -89,16 +89,11 @@ def get_save_split(
     ]
     if save is None or save.ended:
         return done
-    for ordinal, name, elements, nbytes, crc32 in msg.chunks:
-        if ordinal < save.num_splits and ordinal not in save.chunks:
-            state.apply(
-                ev.ChunkSaved(save.save_id, ordinal, name, elements, nbytes, crc32)
-            )
-        state.save_runs.committed(save.save_id, ordinal)
     if msg.failed:
+        _take(state, save, msg.chunks)
         _end_save(state, save, f"worker {worker.worker_address}: {msg.failed}")
         return done
-    if _finish_if_complete(state, save):
+    if take_chunks(state, save, msg.chunks):
         return done
     ordinal = state.save_runs.next_split(save, worker.worker_id)
     if ordinal is None:  # others write the rest
@@ -109,22 +104,46 @@ def get_save_split(
     return [Outgoing(peer, reply)]
 
 
+def take_chunks(
+    state: DispatcherState, save: model.Save, chunks: list[list[Any]]
+) -> bool:
+    """Lists the chunks workers committed (the first of each split); whether the save ended.
+
+    Once every split has its chunk, the manifest is written.
+    """
+    _take(state, save, chunks)
+    return _finish_if_complete(state, save)
+
+
+def _take(state: DispatcherState, save: model.Save, chunks: list[list[Any]]) -> None:
+    for ordinal, name, elements, nbytes, crc32 in chunks:
+        if ordinal < save.num_splits and ordinal not in save.chunks:
+            state.apply(
+                ev.ChunkSaved(save.save_id, ordinal, name, elements, nbytes, crc32)
+            )
+        state.save_runs.committed(save.save_id, ordinal)
+
+
 def _finish_if_complete(state: DispatcherState, save: model.Save) -> bool:
     """Writes the manifest once every split has its chunk; whether it ended."""
-    if len(save.chunks) < save.num_splits:
-        return False
+    if save.ended or len(save.chunks) < save.num_splits:
+        return save.ended
     chunks = [
         {"name": c[0], "elements": c[1], "bytes": c[2], "crc32": c[3]}
         for _, c in sorted(save.chunks.items())
     ]
+    dataset = state.records.datasets[save.dataset_id]
+    target = dataset.snapshot if save.by_jobs else None
     try:
         snapshot.write_manifest(
             save.path,
-            element_spec=state.records.datasets[save.dataset_id].element_spec,
+            element_spec=dataset.element_spec
+            if target is None
+            else target.element_spec,
             chunks=chunks,
             compression=save.compression,
             cardinality=sum(c["elements"] for c in chunks),
-            dataset_id=save.dataset_id,
+            dataset_id=save.dataset_id if target is None else target.fingerprint,
         )
     except (OSError, ZmqDataError) as error:
         _end_save(state, save, f"its manifest could not be written: {error}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from zmqdata._dispatcher import dealing, model, replies
+from zmqdata._dispatcher import dealing, model, replies, snapshot_saves
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher.empty_passes import EmptyPasses
 from zmqdata._dispatcher.outgoing import Outgoing
@@ -49,12 +49,14 @@ def get_split(
     dataset = records.datasets[job.dataset_id]
     if task.worker_id in records.workers:  # its task asking: it lives
         state.liveness.heard_worker(task.worker_id, now)
+    snapshot_saves.took(state, dataset, msg.chunks)
     if job.dealt:
         reply = _deal_split(state, dataset, job, iteration, task, msg)
     else:
         reply = _empty_data(state, iteration, task, msg) or _split(
             state, job, dataset, iteration, task, msg
         )
+    reply.chunks = snapshot_saves.words(state, dataset, reply.splits)
     ceiling_ms = replies.worker_heartbeat_max_ms(state.config)
     reply.period_ms = split_period_ms(len(records.workers), ceiling_ms)
     return [Outgoing(peer, reply)]

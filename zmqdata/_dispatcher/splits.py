@@ -25,6 +25,7 @@ from typing import cast
 from zmqdata._dataset.iterator import Split
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops.source import SplittableSource
+from zmqdata._dataset.ops.split_runs import SPLITS_PER_PASS
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._wire import lineage, outputs
@@ -34,7 +35,6 @@ from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import FailedPreconditionError
 
 MAX_SPLIT_SIZE = 256
-SPLITS_PER_PASS = 64
 MAX_SPLITS_PER_REQUEST = 256
 """The most splits one ``GetSplit`` may ask for."""
 SPLIT_REQUESTS_PER_S = 4_000

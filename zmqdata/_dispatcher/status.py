@@ -18,7 +18,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from zmqdata._dispatcher import dealing, diagnosis, model, split_requests
+from zmqdata._dispatcher import (
+    dealing,
+    diagnosis,
+    model,
+    snapshot_saves,
+    split_requests,
+)
 from zmqdata._dispatcher.autoscale import Policy
 from zmqdata._dispatcher.readers import Reads
 from zmqdata._dispatcher.records import ClusterRecords
@@ -370,6 +376,7 @@ def _job(
         "eta_s": None if finished else _eta_s(splits, served),
         "errors_ignored": sum(count for count, _ in ignored.values()),
         "last_error_ignored": [*ignored.values()][-1][1] if ignored else None,
+        "snapshot": snapshot_saves.status(records, dataset),
     }
 
 

@@ -115,6 +115,9 @@ class GetSplit(Message):
     """The pass of an endless ``repeat`` before ``repetition`` made nothing on
     this task (``_dispatcher/empty_passes.py``: the read ends when every task
     that took splits of it says so)."""
+    chunks: list[list[Any]] = field(default_factory=list)
+    """Under a ``snapshot``: ``[ordinal, name, elements, bytes, crc32]`` of
+    each chunk this task committed since its last request."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -143,3 +146,7 @@ class GetSplitReply(Message):
     exhausted: bool = False
     """With ``end_of_splits``: a whole pass of the endless ``repeat`` made
     nothing on any worker, so every later one would too; the read ends."""
+    chunks: list[list[Any]] = field(default_factory=list)
+    """Under a ``snapshot``, one per split: ``[ordinal, name, elements, bytes,
+    crc32]`` of its chunk to read, or ``[ordinal]`` where the snapshot holds
+    none yet (make the split, and write it)."""

@@ -17,7 +17,6 @@ save, and ends.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 from collections.abc import Generator
@@ -27,9 +26,9 @@ from zmqdata._dataset import snapshot
 from zmqdata._dataset.iterator import IterContext, ListSplitProvider
 from zmqdata._dataset.node import Node, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dataset.snapshot_chunks import chunk_name
 from zmqdata._runtime import auth, threads
 from zmqdata._runtime.clock import Backoff
-from zmqdata._runtime.process import PROCESS_TOKEN
 from zmqdata._wire import messages as m
 from zmqdata._wire.tasks import SaveDef
 from zmqdata._worker.buffer import Cancelled
@@ -42,18 +41,6 @@ logger = logging.getLogger("zmqdata.worker")
 ASK_AGAIN_MAX_S = 0.2
 """A reply with no split and no end (every split is being written) is asked
 again after at most this long."""
-_ATTEMPTS = itertools.count()
-"""Numbers the chunks this process writes: each attempt has a name of its own."""
-
-
-def chunk_name(ordinal: int) -> str:
-    """A name for a new chunk of split ``ordinal``, unique to this attempt.
-
-    >>> a, b = chunk_name(3), chunk_name(3)
-    >>> a.startswith("00000003-") and a.endswith(".chunk") and a != b
-    True
-    """
-    return f"{ordinal:08d}-{PROCESS_TOKEN}-{next(_ATTEMPTS)}.chunk"
 
 
 class SaveFailed(Exception):

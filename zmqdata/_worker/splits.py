@@ -12,10 +12,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.iterator import (
     Split,
+    SplitChunk,
     SplitProvider,
 )
 from zmqdata._dataset.marks import Marks
@@ -104,6 +106,8 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         self._dealt = dealt
         self._outputs = outputs
         self._counts: list[int] = []
+        self._written: list[list[Any]] = []
+        """Under a snapshot: chunks committed, told with the next request."""
         self.released = 0
         """Dealt: every consumer is past the splits below this ordinal."""
         self._draining = threading.Event() if draining is None else draining
@@ -145,7 +149,8 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             raise Cancelled  # (splits asked for ahead are made first)
         if self._ended is not None:
             self._behind, self._ended = self._ended, None
-            return None
+            if not self._written:
+                return None  # (chunks written are told with one more request)
         profile = self.profile
         if profile is None or not profile.timing:
             self._fetch()
@@ -230,14 +235,16 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         self._got_split = True
         self._fetched = len(reply.splits)
         self._batch.fetched(len(reply.splits), time.monotonic(), reply.period_ms / 1000)
-        if self._dealt:
-            self._splits.extend(reply.splits)
-            return
-        if self._outputs:
-            for split in reply.splits:
-                if self._handed is not None:
+        if self._dealt or self._outputs:
+            words: list[list[Any] | None] = [*reply.chunks] or [None] * len(
+                reply.splits
+            )
+            for split, word in zip(reply.splits, words, strict=True):
+                if self._outputs and self._handed is not None:
                     self._handed(split[3], split[4])
-                self._splits.append(split)
+                self._splits.append(
+                    split if word is None else [*split, self._chunk(word)]
+                )
             return
         if self._marks is not None:  # a lost task's outputs not to make again
             keep_latest_packed(self._marks.resume, reply.progress)
@@ -246,6 +253,14 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             if self._handed is not None:
                 self._handed(base + lo, base + hi)
             self._splits.append([lo, hi, base])
+
+    def _chunk(self, word: list[Any]) -> SplitChunk:
+        """The snapshot's word on a split: its chunk to read, or one to write."""
+        return SplitChunk(word[0], word[1:] or None, self._note_written)
+
+    def _note_written(self, chunk: list[Any]) -> None:
+        """A chunk committed: told with the next request."""
+        self._written.append(chunk)
 
     def _request(self, left: int = 0) -> m.GetSplit:
         """The next split request (``left``: splits still queued as it is sent)."""
@@ -259,7 +274,13 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             max_splits=self._max_splits(left),
             counts=self._counts,
             empty_pass=self._empty_pass,
+            chunks=self._take_written(),
         )
+
+    def _take_written(self) -> list[list[Any]]:
+        """The chunks committed since the last request (it carries them, retried too)."""
+        written, self._written = self._written, []
+        return written
 
     def _max_splits(self, left: int) -> int:
         """How many splits to ask for (``SplitBatch``; at most once: a couple)."""
@@ -289,8 +310,10 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         if isinstance(reply, m.Error):
             raise from_code(reply.code, reply.message)
         width = 5 if self._dealt or self._outputs else 3
-        if not isinstance(reply, m.GetSplitReply) or any(
-            len(split) != width for split in reply.splits
+        if (
+            not isinstance(reply, m.GetSplitReply)
+            or any(len(split) != width for split in reply.splits)
+            or not _chunk_words(reply, width == 5)
         ):
             raise UnavailableError(f"malformed split reply from {self._dispatcher}")
         self._counts = []
@@ -327,3 +350,21 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
                 if reply.splits:
                     self._take(reply)
         self._drop_socket()
+
+
+def _chunk_words(reply: m.GetSplitReply, whole_splits: bool) -> bool:
+    """Whether ``reply.chunks`` is none, or one ``[ordinal, ...]`` of 1 or 5 per split.
+
+    Only splits run whole (dealt, or keyed by outputs) are under a snapshot.
+    """
+    words = reply.chunks
+    if not words:
+        return True
+    return (
+        whole_splits
+        and len(words) == len(reply.splits)
+        and all(
+            isinstance(w, list) and len(w) in (1, 5) and type(w[0]) is int
+            for w in words
+        )
+    )

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from zmqdata._dataset import profile as profiling
 from zmqdata._dataset.block import Block
@@ -416,12 +416,12 @@ class TaskRunner:
         source = find_split_source(root)
         while (split := provider.next_dealt()) is not None:
             dealt.release(provider.released)
-            _, lo, hi, ordinal, skip = split
+            _, lo, hi, ordinal, skip, *chunk = cast(list[Any], split)
             if dealt.open(ordinal, skip):
                 self._wake(self.task_id)
             ctx = IterContext(ignored=self.ignored, profile=profiled)
             count = self._deal(
-                run_split(root, source, [lo, hi], ctx), ordinal, skip, profiled
+                run_split(root, source, [lo, hi], ctx, *chunk), ordinal, skip, profiled
             )
             dealt.end(ordinal, count)
             provider.counted(ordinal, count)

@@ -30,22 +30,31 @@ from typing import Any
 from zmqdata._dataset import fs, graph, snapshot
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op, make_iterator
+from zmqdata._dataset.ops import split_runs
+from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dataset.snapshot_chunks import check_path
 
 PERSISTED = ("cache", "snapshot")
 """The ops that keep their input's output: ``cache``, ``snapshot``."""
+CHUNK_SPLIT_SIZE = (1, 256)
+"""Source elements per chunk of a snapshot written split by split: about
+``SPLITS_PER_PASS`` chunks, of at most 256 source elements."""
 
 
 class _Persisted(Op):
     """Passes its input's elements on, kept for later passes."""
 
-    def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        from zmqdata._dataset.ops import cache_chunks, cache_local
+    splits_alone = True
 
+    def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         if ctx.chunk is not None:
+            from zmqdata._dataset.ops import cache_chunks
+
             return cache_chunks.SplitChunkIterator(node, ctx)
         if ctx.split_provider is not None:  # a part of the data: never whole
             return make_iterator(node.inputs[0], ctx)
+        from zmqdata._dataset.ops import cache_local
+
         if in_memory(node):
             return cache_local.memory_iterator(node, ctx)
         return cache_local.file_iterator(node, ctx, directory(node))
@@ -77,6 +86,22 @@ def directory(node: Node) -> str:
     if node.op == "cache":
         return str(node.args["filename"])
     return fs.join(node.args["path"], node.args["fingerprint"])
+
+
+def chunk_size(input_node: Node) -> int:
+    """Source elements per chunk, where ``input_node`` is written split by split.
+
+    The same for every job over the same ops (whatever follows them): a
+    multiple of their first ``batch``.
+
+    >>> import zmqdata as zd
+    >>> chunk_size(zd.Dataset.range(10_000).map(abs).batch(10)._node)
+    160
+    """
+    source = find_split_source(input_node)
+    length = source.definition.cardinality(source, [])
+    batch = split_runs.whole_batch(input_node)
+    return split_runs.split_size(length, CHUNK_SPLIT_SIZE, batch)
 
 
 def compression(node: Node) -> str | None:

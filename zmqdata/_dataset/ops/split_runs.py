@@ -46,6 +46,7 @@ from zmqdata._dataset.iterator import (
     IterContext,
     ListSplitProvider,
     Split,
+    SplitChunk,
 )
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
@@ -53,6 +54,8 @@ from zmqdata._wire.lineage import EMPTY, Lineage, join, size
 from zmqdata._wire.outputs import split_base
 
 ENDLESS = -1
+SPLITS_PER_PASS = 64
+"""About how many splits a pass of a source is cut into."""
 
 
 class SplitRuns(Op):
@@ -95,9 +98,56 @@ def run_alone(root: Node) -> list[Node]:
     """
     chain = main_chain(root)
     cut = next(
-        (i for i, node in enumerate(chain) if node.definition.expands), len(chain) - 1
+        (i for i, node in enumerate(chain) if _alone(node.definition)), len(chain) - 1
     )
     return chain[cut:]
+
+
+def whole_batch(root: Node) -> int | None:
+    """The batch size splits should be a multiple of, so batches fill up.
+
+    The first ``batch`` above the source, when every op between makes one
+    element per element (``map``, ``prefetch``): a split of
+    ``k * batch_size`` elements then yields ``k`` whole batches.
+
+    >>> import zmqdata as zd
+    >>> whole_batch(zd.Dataset.range(1000).map(lambda x: x).batch(32)._node)
+    32
+    """
+    node = whole_batch_node(root)
+    return None if node is None else int(node.args["batch_size"])
+
+
+def whole_batch_node(root: Node) -> Node | None:
+    """The ``batch`` ``whole_batch`` sizes splits for, if any."""
+    path = []
+    node = root
+    while node.inputs:
+        path.append(node)
+        node = node.inputs[0]
+    for node in reversed(path):
+        if node.op == "batch":
+            return node
+        if node.op not in ("map", "prefetch"):
+            break
+    return None
+
+
+def split_size(length: int, bounds: tuple[int, int], batch: int | None) -> int:
+    """Source elements per split of a source of ``length``, within ``bounds``.
+
+    About ``SPLITS_PER_PASS`` splits, a multiple of ``batch`` (whole batches).
+
+    >>> split_size(10_000, (1, 256), None), split_size(10_000, (1, 256), 64)
+    (156, 192)
+    """
+    size = max(bounds[0], min(bounds[1], length // SPLITS_PER_PASS))
+    whole = batch or 1
+    return max(1, -(-size // whole)) * whole
+
+
+def _alone(op: Op) -> bool:
+    return op.expands or op.splits_alone
 
 
 def main_chain(root: Node) -> list[Node]:
@@ -109,11 +159,17 @@ def main_chain(root: Node) -> list[Node]:
 
 
 def run_split(
-    pipeline: Node, source: Node | None, split: Split, ctx: IterContext
+    pipeline: Node,
+    source: Node | None,
+    split: Split,
+    ctx: IterContext,
+    chunk: SplitChunk | None = None,
 ) -> Any:
     """A fresh iterator of ``pipeline`` over ``split`` alone: the same elements each time.
 
     Seeded shuffles in it draw as in a first pass, whichever run this is.
+    ``chunk``: under a ``snapshot``, the split's chunk to read or to write
+    (``cache_chunks``).
     """
     first_pass = {id(node): (0, -1) for node in pipeline.walk()}
     one = IterContext(
@@ -122,6 +178,7 @@ def run_split(
         passes=first_pass,
         ignored=ctx.ignored,
         profile=ctx.profile,
+        chunk=chunk,
     )
     return make_iterator(pipeline, one)
 
@@ -284,9 +341,9 @@ class _SplitRunsIterator(DatasetIterator):
                 raise StopIteration
             provider.reset()
             split = provider.next_split()
-        _, lo, hi, self._first, self._end = split
+        _, lo, hi, self._first, self._end, *chunk = split
         self._key = split_base(self._first)
-        self._run = run_split(self._pipeline, self._source, [lo, hi], self._ctx)
+        self._run = run_split(self._pipeline, self._source, [lo, hi], self._ctx, *chunk)
         return self._run
 
     def _end_run(self, key: int) -> None:

@@ -1,0 +1,203 @@
+"""``snapshot`` before ``distribute``: the first job writes it while it streams, later ones read it.
+
+An in-process cluster: epoch 1 delivers what a local run gives and writes the
+snapshot; epoch 2, a ``repeat`` after the snapshot and a second job read its
+chunks and run none of the ops before it (their calls are counted: workers
+run in this process, and a function of an importable module travels by
+reference); the finished snapshot is a save ``Dataset.load`` reads; a
+changed function writes its own; two jobs at once write one; a multi-rank
+read writes and reads it too; a read with ``exactly_once=False``, a static
+shard and ``cache()`` in memory are refused naming why; the job's status
+shows writing, then reading. Kills of real processes: ``test_chaos_snapshots.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import zmqdata as zd
+from tests.dataset.checks import assert_bit_equal
+from tests.helpers import poll_for
+from tests.service.cluster import Cluster
+from zmqdata import service
+from zmqdata.errors import InvalidArgumentError
+
+pytestmark = pytest.mark.timeout(60)
+
+CALLS: Counter[int] = Counter()
+"""Source elements the expensive map ran on (in-process workers count here)."""
+
+
+def expensive(x: Any) -> Any:
+    CALLS[int(x)] += 1
+    return {"x": np.full(3, x, np.int32), "name": f"e{int(x)}"}
+
+
+def pipeline(path: Path, n: int = 300) -> zd.Dataset:
+    return zd.Dataset.range(n).map(expensive).snapshot(str(path))
+
+
+def read(ds: zd.Dataset, target: str, **options: Any) -> list[Any]:
+    return list(ds.apply(service.distribute("distributed_epoch", target, **options)))
+
+
+def by_value(elements: list[Any]) -> list[Any]:
+    return sorted(elements, key=lambda e: int(e["x"][0]))
+
+
+def folder(path: Path) -> Path:
+    [found] = [p for p in path.iterdir() if p.is_dir()]
+    return found
+
+
+def test_epoch_one_writes_while_streaming_and_epoch_two_reads(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    ds = pipeline(tmp_path)
+    local = list(zd.Dataset.range(300).map(expensive))
+    CALLS.clear()
+    first = read(ds, target)
+    assert_bit_equal(by_value(first), local)
+    assert sum(CALLS.values()) >= 300
+    written = folder(tmp_path)
+    poll_for(lambda: (written / "manifest.json").exists(), timeout=10)
+    assert_bit_equal(list(zd.Dataset.load(str(written))), local)
+    CALLS.clear()
+    second = read(ds, target)
+    assert_bit_equal(by_value(second), local)
+    assert not CALLS, "epoch 2 ran the map"
+
+
+def test_a_repeat_after_the_snapshot_reads_it_in_later_epochs(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    CALLS.clear()
+    got = read(pipeline(tmp_path, 200).repeat(3), target)
+    counts = Counter(int(e["x"][0]) for e in got)
+    assert counts == Counter({i: 3 for i in range(200)})
+    # Epoch 2 starts while epoch 1's last splits run: those few are made twice.
+    assert sum(CALLS.values()) < 2 * 200
+
+
+def test_a_multirank_read_writes_and_reads_the_snapshot(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    ds = pipeline(tmp_path, 120)
+
+    def ranks(job: str) -> list[Any]:
+        out: list[list[Any]] = [[], []]
+
+        def rank(r: int) -> None:
+            out[r] = read(ds, target, num_consumers=2, consumer_index=r, job_name=job)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        return out[0] + out[1]
+
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in ranks("a")) == list(range(120))
+    poll_for(lambda: (folder(tmp_path) / "manifest.json").exists(), timeout=10)
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in ranks("b")) == list(range(120))
+    assert not CALLS
+
+
+def test_a_changed_function_writes_its_own_snapshot(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=1).target
+    read(pipeline(tmp_path, 50), target)
+    changed = zd.Dataset.range(50).map(lambda x: x + 1).snapshot(str(tmp_path))
+    assert sorted(int(x) for x in read(changed, target)) == list(range(1, 51))
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+
+
+def test_two_jobs_at_once_write_one_snapshot(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    ds = pipeline(tmp_path, 200)
+    out: dict[str, list[Any]] = {}
+
+    def job(name: str) -> None:
+        out[name] = read(ds, target, job_name=name)
+
+    threads = [threading.Thread(target=job, args=(n,)) for n in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for name in ("a", "b"):
+        assert sorted(int(e["x"][0]) for e in out[name]) == list(range(200))
+    written = folder(tmp_path)
+    poll_for(lambda: (written / "manifest.json").exists(), timeout=10)
+    loaded = [int(e["x"][0]) for e in zd.Dataset.load(str(written))]
+    assert loaded == list(range(200))
+
+
+def test_the_job_status_shows_writing_then_reading(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=1).target
+    ds = pipeline(tmp_path, 100).apply(
+        service.distribute("distributed_epoch", target, job_name="j")
+    )
+    it = iter(ds)
+    next(it)
+    [job] = service.get_status(target)["jobs"]
+    assert job["snapshot"]["state"] == "writing"
+    assert job["snapshot"]["path"] == str(folder(tmp_path))
+    assert job["snapshot"]["total"] > 1
+    list(it)
+    poll_for(
+        lambda: service.get_status(target)["jobs"][0]["snapshot"]["state"] == "reading",
+        timeout=10,
+    )
+    status = service.get_status(target)["jobs"][0]["snapshot"]
+    assert status["written"] == status["total"]
+
+
+@pytest.mark.parametrize(
+    ("ds", "options", "message"),
+    [
+        (
+            lambda p: zd.Dataset.range(9).cache(),
+            {},
+            "cache() in memory before distribute cannot serve distributed_epoch",
+        ),
+        (
+            lambda p: zd.Dataset.range(9).snapshot(p),
+            {"exactly_once": False},
+            "needs exactly_once=True",
+        ),
+        (
+            lambda p: zd.Dataset.range(9).snapshot(p).map(abs).snapshot(p),
+            {},
+            "writes one snapshot",
+        ),
+    ],
+)
+def test_reads_that_cannot_write_it_whole_are_refused(
+    cluster: Callable[..., Cluster],
+    tmp_path: Path,
+    ds: Callable[[str], zd.Dataset],
+    options: dict[str, Any],
+    message: str,
+):
+    target = cluster(num_workers=1).target
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        read(ds(str(tmp_path)), target, **options)
