@@ -131,6 +131,8 @@ def progress(job: dict[str, Any]) -> tuple[str, str]:
 
 
 def _jobs(jobs: list[dict[str, Any]]) -> str:
+    """The jobs; a SNAPSHOT column where one reads a pipeline with a snapshot."""
+    snapshots = any(isinstance(j.get("snapshot"), dict) for j in jobs)
     rows = []
     for j in jobs:
         consumers = j.get("num_consumers")
@@ -145,11 +147,32 @@ def _jobs(jobs: list[dict[str, Any]]) -> str:
                 eta,
                 human_count(j.get("elements_per_s", 0.0)),
                 str(j.get("errors_ignored") or "-"),
+                *([snapshot(j)] if snapshots else []),
                 bottleneck(j),
             ]
         )
     header = ["NAME", "MODE", ">CONSUMERS", ">READERS", "PROGRESS", ">ETA"]
-    return table("JOBS", [*header, ">ELEM/S", ">SKIPPED", "BOUND"], rows)
+    header += [">ELEM/S", ">SKIPPED", *(["SNAPSHOT"] if snapshots else []), "BOUND"]
+    return table("JOBS", header, rows)
+
+
+def snapshot(job: dict[str, Any]) -> str:
+    """Whether the job writes or reads its pipeline's snapshot, and how far it is written.
+
+    >>> snapshot({"snapshot": {"state": "writing", "written": 3, "total": 75}})
+    'writing 3/75'
+    >>> snapshot({"snapshot": {"state": "reading", "written": 75, "total": 75}})
+    'reading'
+    >>> snapshot({"snapshot": None})
+    '-'
+    """
+    said = job.get("snapshot")
+    if not isinstance(said, dict):
+        return "-"
+    state = str(said.get("state"))
+    if state != "writing":
+        return state
+    return f"writing {said.get('written')}/{said.get('total')}"
 
 
 def bottleneck(job: dict[str, Any]) -> str:

@@ -288,7 +288,9 @@ def test_consumers_of_a_named_job_must_agree_on_the_seed(state):
 def test_splits_are_cut_to_whole_batches():
     ds = zd.Dataset.range(1_000).map(lambda x: x).batch(32)
     assert split_runs.whole_batch(ds._node) == 32
-    assert split_runs.whole_batch(zd.Dataset.range(9).filter(bool).batch(4)._node) is None
+    assert (
+        split_runs.whole_batch(zd.Dataset.range(9).filter(bool).batch(4)._node) is None
+    )
     assert split_runs.whole_batch(zd.Dataset.range(9)._node) is None
     records = ClusterRecords()
     records.apply(ev.DatasetRegistered("1", pipeline(ds), "f", None, b""))

@@ -22,9 +22,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from zmqdata_cli.status_view import render
 
 import zmqdata as zd
 from tests.dataset.checks import assert_bit_equal
+from tests.dataset.test_load import bucket  # noqa: F401 (an S3 server's bucket)
 from tests.helpers import poll_for
 from tests.service.cluster import Cluster
 from zmqdata import service
@@ -158,8 +160,10 @@ def test_the_job_status_shows_writing_then_reading(
     )
     it = iter(ds)
     next(it)
-    [job] = service.get_status(target)["jobs"]
+    status = service.get_status(target)
+    [job] = status["jobs"]
     assert job["snapshot"]["state"] == "writing"
+    assert re.search(r"SNAPSHOT.*\n.*writing \d+/\d+", render(status, target))
     assert job["snapshot"]["path"] == str(folder(tmp_path))
     assert job["snapshot"]["total"] > 1
     list(it)
@@ -201,3 +205,25 @@ def test_reads_that_cannot_write_it_whole_are_refused(
     target = cluster(num_workers=1).target
     with pytest.raises(InvalidArgumentError, match=re.escape(message)):
         read(ds(str(tmp_path)), target, **options)
+
+
+def test_a_snapshot_in_an_s3_bucket_is_written_then_read(
+    cluster: Callable[..., Cluster],
+    bucket: str,  # noqa: F811 (the fixture)
+):
+    import fsspec
+
+    # Each object costs this moto a new s3fs session (~0.2 s): 60 elements
+    # make 60 chunks of one; the workers are given time to beat.
+    target = cluster(num_workers=2, worker_timeout_ms=10_000).target
+    url = f"{bucket}/snaps"
+    ds = zd.Dataset.range(60).map(expensive).snapshot(url)
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(60))
+    [written] = fsspec.filesystem("s3").ls(url)
+    poll_for(lambda: fsspec.filesystem("s3").exists(f"{written}/manifest.json"))
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(60))
+    assert not CALLS
+    loaded = zd.Dataset.load(f"s3://{written}")
+    assert [int(e["x"][0]) for e in loaded] == list(range(60))
