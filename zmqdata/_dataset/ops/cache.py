@@ -40,9 +40,11 @@ class _Persisted(Op):
     """Passes its input's elements on, kept for later passes."""
 
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
-        from zmqdata._dataset.ops import cache_chunks, cache_local
+        from zmqdata._dataset.ops import cache_local
 
         if ctx.chunk is not None:
+            from zmqdata._dataset.ops import cache_chunks
+
             return cache_chunks.SplitChunkIterator(node, ctx)
         if ctx.split_provider is not None:  # a part of the data: never whole
             return make_iterator(node.inputs[0], ctx)
