@@ -106,6 +106,20 @@ def read_all(cluster: Cluster, path: Path, what: str) -> list[np.ndarray]:
     return got
 
 
+def trial(cluster: Cluster, path: Path, rng: random.Random, kill: bool) -> str:
+    """One trial: the first job under faults, a second, the files, a third."""
+    what = first_read(cluster, path, rng, kill)
+    read_all(cluster, path, "the second job")
+    [folder] = list(path.iterdir())
+    poll_for(lambda: save_of(cluster, folder)["state"] == "finished", timeout=10)
+    check_files(folder, save_of(cluster, folder)["splits"])
+    third = read_all(cluster, path, "the third job")
+    saved = {id_of(e): e for e in zd.Dataset.load(str(folder))}
+    remade = [id_of(e) for e in third if not np.array_equal(e, saved[id_of(e)])]
+    assert not remade, f"made again, not read: {remade[:10]}"
+    return what
+
+
 @pytest.mark.timeout(60 + 120 * TRIALS)
 def test_a_snapshot_is_written_exactly_once_when_workers_and_the_dispatcher_die(
     tmp_path: Path,
@@ -114,20 +128,9 @@ def test_a_snapshot_is_written_exactly_once_when_workers_and_the_dispatcher_die(
     done = []
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
-        for trial in range(TRIALS):
-            path = tmp_path / f"snapshot-{trial}"
-            what = first_read(cluster, path, rng, trial % 2 == 1)
-            read_all(cluster, path, "the second job")
-            [folder] = list(path.iterdir())
-            poll_for(
-                lambda: save_of(cluster, folder)["state"] == "finished", timeout=10
-            )
-            check_files(folder, save_of(cluster, folder)["splits"])
-            third = read_all(cluster, path, "the third job")
-            saved = {id_of(e): e for e in zd.Dataset.load(str(folder))}
-            remade = [id_of(e) for e in third if not np.array_equal(e, saved[id_of(e)])]
-            assert not remade, f"made again, not read: {remade[:10]}"
-            done.append(what)
+        for number in range(TRIALS):
+            path = tmp_path / f"snapshot-{number}"
+            done.append(trial(cluster, path, rng, kill=number % 2 == 1))
             cluster.settled()
     print("snapshots: " + "; ".join(done))
     assert len(done) == TRIALS

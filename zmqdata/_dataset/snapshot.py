@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from zmqdata._dataset import fs, specs
@@ -63,6 +64,7 @@ __all__ = [
     "read_chunk",
     "read_manifest",
     "resolve_compression",
+    "saving_marker",
     "write_manifest",
 ]
 
@@ -101,13 +103,19 @@ def _read_json(path: str, what: str) -> Any:
     return value
 
 
-def _saving_id(path: str) -> str | None:
-    """The id of the save whose ``SAVING`` marker lies under ``path``, if any."""
+def saving_marker(path: str) -> dict[str, Any] | None:
+    """The ``SAVING`` marker under ``path`` (``save_id``, what ``begin`` added), if any."""
     try:
-        marker = _read_json(fs.join(path, SAVING), "save marker")
+        marker: dict[str, Any] = _read_json(fs.join(path, SAVING), "save marker")
     except NotFoundError:
         return None
-    return str(marker.get("save_id"))
+    return marker
+
+
+def _saving_id(path: str) -> str | None:
+    """The id of the save whose ``SAVING`` marker lies under ``path``, if any."""
+    marker = saving_marker(path)
+    return None if marker is None else str(marker.get("save_id"))
 
 
 def _finished(path: str) -> bool:
@@ -119,8 +127,15 @@ def _finished(path: str) -> bool:
         return False
 
 
-def begin(path: str, save_id: str, take_over: bool = False) -> None:
+def begin(
+    path: str,
+    save_id: str,
+    owner: Mapping[str, Any] | None = None,
+    take_over: bool = False,
+) -> None:
     """Claims ``path`` for save ``save_id``: writes its ``SAVING`` marker.
+
+    ``owner``: more to say in the marker (a local writer's host and process).
 
     Refused (``FailedPreconditionError`` naming the path, nothing written)
     where ``path`` holds a finished save (``manifest.json``) or, unless
@@ -145,7 +160,8 @@ def begin(path: str, save_id: str, take_over: bool = False) -> None:
             f"{path} holds a finished save ({MANIFEST}); nothing was overwritten: "
             "save to another path (or remove that save)"
         )
-    marker = json.dumps({"format": FORMAT, "save_id": save_id}).encode()
+    fields = {**(owner or {}), "format": FORMAT, "save_id": save_id}
+    marker = json.dumps(fields).encode()
     where = f"the save at {path}"
     try:
         with fs.writing(fs.join(path, SAVING), exclusive=True) as file:

@@ -170,6 +170,7 @@ class ChunkWriter:
         self._out: Any = None
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._elements = 0
+        self._encoded = 0
         self._info: dict[str, Any] | None = None
 
     def __enter__(self) -> Self:
@@ -211,6 +212,7 @@ class ChunkWriter:
         except OSError as error:
             raise io_error(self._where, error) from error
         self._elements += 1
+        self._encoded += len(packed)
 
     def __exit__(
         self,
@@ -238,6 +240,11 @@ class ChunkWriter:
             "bytes": self._sink.size,
             "crc32": self._sink.crc32,
         }
+
+    @property
+    def encoded(self) -> int:
+        """The bytes of the elements written so far, encoded (before compression)."""
+        return self._encoded
 
     @property
     def info(self) -> dict[str, Any]:
