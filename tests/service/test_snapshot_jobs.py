@@ -213,17 +213,55 @@ def test_a_snapshot_in_an_s3_bucket_is_written_then_read(
 ):
     import fsspec
 
-    # Each object costs this moto a new s3fs session (~0.2 s): 60 elements
-    # make 60 chunks of one; the workers are given time to beat.
+    # Each object costs this moto a new s3fs session (~0.2 s): 12 elements
+    # make 12 chunks of one; the workers are given time to beat.
     target = cluster(num_workers=2, worker_timeout_ms=10_000).target
     url = f"{bucket}/snaps"
-    ds = zd.Dataset.range(60).map(expensive).snapshot(url)
+    ds = zd.Dataset.range(12).map(expensive).snapshot(url)
     CALLS.clear()
-    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(60))
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(12))
     [written] = fsspec.filesystem("s3").ls(url)
     poll_for(lambda: fsspec.filesystem("s3").exists(f"{written}/manifest.json"))
     CALLS.clear()
-    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(60))
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(12))
     assert not CALLS
     loaded = zd.Dataset.load(f"s3://{written}")
-    assert [int(e["x"][0]) for e in loaded] == list(range(60))
+    assert [int(e["x"][0]) for e in loaded] == list(range(12))
+
+
+def test_a_snapshot_written_locally_is_read_by_jobs_and_the_other_way(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    local_path, service_path = tmp_path / "local", tmp_path / "service"
+    expected = list(pipeline(local_path))  # written split by split, as jobs cut it
+    CALLS.clear()
+    assert_bit_equal(by_value(read(pipeline(local_path), target)), expected)
+    assert not CALLS, "the job ran the map over a finished local snapshot"
+    read(pipeline(service_path), target)
+    poll_for(lambda: (folder(service_path) / "manifest.json").exists(), timeout=10)
+    CALLS.clear()
+    assert_bit_equal(list(pipeline(service_path)), expected)
+    assert not CALLS, "a local pass ran the map over a finished job's snapshot"
+
+
+def test_a_repeat_below_the_snapshot_is_refused_naming_it(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    ds = zd.Dataset.range(9).repeat(2).map(expensive).snapshot(str(tmp_path))
+    with pytest.raises(InvalidArgumentError, match="repeat before a snapshot"):
+        read(ds, cluster(num_workers=1).target)
+
+
+def test_a_file_cache_before_distribute_is_a_snapshot_at_its_filename(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    target = cluster(num_workers=2).target
+    ds = zd.Dataset.range(80).map(expensive).cache(str(tmp_path / "train"))
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(80))
+    poll_for(lambda: (tmp_path / "train" / "manifest.json").exists(), timeout=10)
+    CALLS.clear()
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(80))
+    assert [int(e["x"][0]) for e in ds] == list(range(80))  # locally too
+    assert not CALLS

@@ -22,7 +22,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zmqdata._dataset.node import Node
-from zmqdata._dataset.ops.split_runs import split_size, whole_batch_node
+from zmqdata._dataset.ops.split_runs import (
+    WHOLE_DATASET_OPS,
+    split_size,
+    whole_batch_node,
+)
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.splits import Splits, answered_before
@@ -33,9 +37,6 @@ from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import InvalidArgumentError
 
 _WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
-WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
-"""Ops that count elements across the whole dataset: run per split, they
-would act on each split instead."""
 SPLIT_SIZE = (1, 4096)
 """Elements per split of a dealt job: about ``SPLITS_PER_PASS`` splits, within
 these bounds. Larger than first-come reads' (256): each split costs a fresh

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 
 from zmqdata._dataset import graph
+from zmqdata._dataset.ops.split_runs import WHOLE_DATASET_OPS
 from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher.splits import Splits
 from zmqdata.errors import InvalidArgumentError
@@ -58,9 +59,7 @@ def check_savable(dataset: model.Dataset) -> None:
             "distributed_save): a save must end"
         )
     root = graph.deserialize(dataset.pipeline, load_functions=False)
-    for op in sorted(
-        {node.op for node in root.walk()} & set(dealing.WHOLE_DATASET_OPS)
-    ):
+    for op in sorted({node.op for node in root.walk()} & set(WHOLE_DATASET_OPS)):
         raise InvalidArgumentError(
             f"{op} before distributed_save counts elements over the whole dataset, "
             "but workers write it one split at a time: apply it to "

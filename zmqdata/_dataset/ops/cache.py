@@ -33,6 +33,7 @@ from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._dataset.snapshot_chunks import check_path
+from zmqdata.errors import InvalidArgumentError
 
 PERSISTED = ("cache", "snapshot")
 """The ops that keep their input's output: ``cache``, ``snapshot``."""
@@ -89,17 +90,31 @@ def directory(node: Node) -> str:
 
 
 def chunk_size(input_node: Node) -> int:
-    """Source elements per chunk, where ``input_node`` is written split by split.
+    """Source elements per chunk where ``input_node`` is written split by split.
 
     The same for every job over the same ops (whatever follows them): a
-    multiple of their first ``batch``.
+    multiple of their first ``batch``. Raises ``InvalidArgumentError`` naming
+    why the ops cannot run split by split (no splittable source, an op that
+    counts over the whole dataset, no end).
 
     >>> import zmqdata as zd
     >>> chunk_size(zd.Dataset.range(10_000).map(abs).batch(10)._node)
     160
+    >>> chunk_size(zd.Dataset.range(10).take(5)._node)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    zmqdata.errors.InvalidArgumentError: take before a snapshot counts ...
     """
+    for node in split_runs.main_chain(input_node):
+        if node.op in split_runs.WHOLE_DATASET_OPS:
+            raise InvalidArgumentError(
+                f"{node.op} before a snapshot counts elements over the whole "
+                "dataset, but a snapshot is written split by split: put it after "
+                "the snapshot"
+            )
     source = find_split_source(input_node)
     length = source.definition.cardinality(source, [])
+    if length < 0:
+        raise InvalidArgumentError(f"{source.op} before a snapshot has no end")
     batch = split_runs.whole_batch(input_node)
     return split_runs.split_size(length, CHUNK_SPLIT_SIZE, batch)
 
@@ -129,6 +144,11 @@ def build(op: str, input_node: Node, place: Any, compression: Any = None) -> Nod
     args = {
         "path": path,
         "compression": snapshot.resolve_compression(compression, path),
-        "fingerprint": fingerprint,
+        "fingerprint": _fingerprint(input_node),
     }
     return Node("snapshot", args, (input_node,))
+
+
+def _fingerprint(node: Node) -> str:
+    """The fingerprint of the pipeline ``node``: its ops, arguments and functions."""
+    return graph.fingerprint(graph.serialize(node))

@@ -37,14 +37,20 @@ import collections
 import itertools
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from zmqdata._dataset import builders, fs, snapshot, snapshot_claims, specs
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, make_iterator
 from zmqdata._dataset.ops import cache
-from zmqdata.errors import FailedPreconditionError, NotFoundError
+from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dataset.ops.split_runs import run_split
+from zmqdata.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 
 CHUNK_BYTES = 64 << 20
 """A chunk being written is committed once its elements are this large (encoded)."""
@@ -73,6 +79,12 @@ class _Store(abc.ABC):
     @abc.abstractmethod
     def sink(self) -> _Sink | None:
         """Where a pass running the input keeps its elements; None: nowhere."""
+
+    def input(
+        self, node: Node, ctx: IterContext, sink: _Sink | None
+    ) -> DatasetIterator:
+        """The pass over the ops before ``node``, keeping into ``sink``."""
+        return make_iterator(node.inputs[0], ctx)
 
 
 _FILLED: weakref.WeakKeyDictionary[Node, list[Any]] = weakref.WeakKeyDictionary()
@@ -131,6 +143,78 @@ class _Files(_Store):
         sink = _ChunkSink(self._node, self._directory)
         return sink if sink.save_id is not None else None
 
+    def input(
+        self, node: Node, ctx: IterContext, sink: _Sink | None
+    ) -> DatasetIterator:
+        """The ops before ``node`` run split by split, one chunk each, as jobs do.
+
+        So a service job finds the chunks cut as its splits. Ops that cannot
+        run so (``cache.chunk_size``) run as one pass, cut every ``CHUNK_BYTES``.
+        """
+        try:
+            size = cache.chunk_size(node.inputs[0])
+        except InvalidArgumentError:
+            return make_iterator(node.inputs[0], ctx)
+        if not isinstance(sink, _ChunkSink):
+            return _BySplit(node.inputs[0], ctx, size, _nothing)
+        sink.by_split = True
+        return _BySplit(node.inputs[0], ctx, size, sink.cut)
+
+
+def _nothing() -> None:
+    """A split ended, with nothing to cut."""
+
+
+class _BySplit(DatasetIterator):
+    """Pipeline ``node`` run on each split of ``size`` alone, in order (``split_runs``).
+
+    ``split_ended`` is called at the end of each split (also one that made nothing).
+    """
+
+    def __init__(
+        self, node: Node, ctx: IterContext, size: int, split_ended: Callable[[], None]
+    ) -> None:
+        self._node, self._ctx, self._ended = node, ctx, split_ended
+        self._source = find_split_source(node)
+        length = self._source.definition.cardinality(self._source, [])
+        self._splits = [[lo, min(lo + size, length)] for lo in range(0, length, size)]
+        self._index = 0
+        self._run: DatasetIterator | None = None
+
+    def __next__(self) -> Any:
+        while True:
+            if self._run is None:
+                if self._index >= len(self._splits):
+                    raise StopIteration
+                split = self._splits[self._index]
+                self._run = run_split(self._node, self._source, split, self._ctx)
+            try:
+                return next(self._run)
+            except StopIteration:
+                self._close_run()
+                self._index += 1
+                self._ended()
+
+    def get_state(self) -> dict[str, Any]:
+        run = None if self._run is None else self._run.get_state()
+        return {"split": self._index, "run": run}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._close_run()
+        self._index = int(state["split"])
+        if state["run"] is not None:
+            split = self._splits[self._index]
+            self._run = run_split(self._node, self._source, split, self._ctx)
+            self._run.set_state(state["run"])
+
+    def _close_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.close()
+
+    def close(self) -> None:
+        self._close_run()
+
 
 def _read(directory: str, manifest: dict[str, Any], first: int) -> Iterator[Any]:
     """The elements of the finished save at ``directory`` from ``first`` on."""
@@ -154,18 +238,32 @@ class _ChunkSink:
         self._node, self._directory = node, directory
         self._chunks: list[dict[str, Any]] = []
         self._open: snapshot.ChunkWriter | None = None
-        self.save_id = snapshot_claims.claim(directory, self)
+        self.by_split = False
+        """Chunks are cut where splits end (``cut``), not by size."""
+        self.save_id: str | None = snapshot_claims.claim(directory, self)
 
     def add(self, element: Any) -> None:
         if self._open is None:
-            name = f"{len(self._chunks):08d}-{self.save_id}.chunk"
-            writer = snapshot.ChunkWriter(
-                self._directory, name, cache.compression(self._node)
-            )
-            self._open = writer.__enter__()
+            self._start()
+        assert self._open is not None
         self._open.write(element)
-        if self._open.encoded >= CHUNK_BYTES:
+        if not self.by_split and self._open.encoded >= CHUNK_BYTES:
             self._commit()
+
+    def cut(self) -> None:
+        """A split ended: its chunk is committed (empty if it made nothing)."""
+        if self.save_id is None:
+            return
+        if self._open is None:
+            self._start()
+        self._commit()
+
+    def _start(self) -> None:
+        name = f"{len(self._chunks):08d}-{self.save_id}.chunk"
+        writer = snapshot.ChunkWriter(
+            self._directory, name, cache.compression(self._node)
+        )
+        self._open = writer.__enter__()
 
     def _commit(self) -> None:
         writer, self._open = self._open, None
@@ -201,8 +299,9 @@ class _ChunkSink:
         self._release()
 
     def _release(self) -> None:
-        if self.save_id is not None:
-            snapshot_claims.release(self._directory, self.save_id)
+        save_id, self.save_id = self.save_id, None
+        if save_id is not None:
+            snapshot_claims.release(self._directory, save_id)
 
 
 class _KeepingIterator(DatasetIterator):
@@ -219,7 +318,7 @@ class _KeepingIterator(DatasetIterator):
             self._sink = store.sink()
             if self._sink is not None:  # a pass dropped unfinished keeps nothing
                 self._dropped = weakref.finalize(self, self._sink.abandon)
-            self._input = make_iterator(node.inputs[0], ctx)
+            self._input = store.input(node, ctx, self._sink)
 
     def __next__(self) -> Any:
         if self._input is None:
@@ -259,15 +358,15 @@ class _KeepingIterator(DatasetIterator):
         self._end(finished=False)  # a restored pass keeps nothing
         self._close_kept()
         if "input" in state:
-            if self._input is None:
-                self._input = make_iterator(self._node.inputs[0], self._ctx)
+            self._close_input()
+            self._input = self._store.input(self._node, self._ctx, None)
             self._input.set_state(state["input"])
             return
         self._close_input()
         self._read = int(state["read"])
         self._kept = self._store.elements(self._read)
         if self._kept is None:  # not kept here: made again
-            self._input = make_iterator(self._node.inputs[0], self._ctx)
+            self._input = self._store.input(self._node, self._ctx, None)
             collections.deque(itertools.islice(self._input, self._read), maxlen=0)
 
     def _close_kept(self) -> None:

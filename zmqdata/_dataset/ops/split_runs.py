@@ -55,6 +55,9 @@ from zmqdata._wire.outputs import split_base
 
 ENDLESS = -1
 SPLITS_PER_PASS = 64
+WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
+"""Ops that count elements across the whole dataset: run per split, they
+would act on each split instead."""
 """About how many splits a pass of a source is cut into."""
 
 
