@@ -157,6 +157,8 @@ ADDED_IN: dict[str, int] = {
     "get_split_reply.period_ms": 6,
     "get_split.empty_pass": 6,
     "get_split_reply.exhausted": 6,
+    "get_split.chunks": 6,
+    "get_split_reply.chunks": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a
