@@ -13,6 +13,7 @@ shows writing, then reading. Kills of real processes: ``test_chaos_snapshots.py`
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import Counter
@@ -149,6 +150,10 @@ def test_two_jobs_at_once_write_one_snapshot(
     poll_for(lambda: (written / "manifest.json").exists(), timeout=10)
     loaded = [int(e["x"][0]) for e in zd.Dataset.load(str(written))]
     assert loaded == list(range(200))
+    listed = {
+        c["name"] for c in json.loads((written / "manifest.json").read_text())["chunks"]
+    }
+    assert {p.name for p in (written / "chunks").iterdir()} == listed
 
 
 def test_the_job_status_shows_writing_then_reading(
@@ -213,20 +218,20 @@ def test_a_snapshot_in_an_s3_bucket_is_written_then_read(
 ):
     import fsspec
 
-    # Each object costs this moto a new s3fs session (~0.2 s): 12 elements
-    # make 12 chunks of one; the workers are given time to beat.
+    # Each object costs this moto a new s3fs session (~0.2 s): 4 elements
+    # make 4 chunks of one; the workers are given time to beat.
     target = cluster(num_workers=2, worker_timeout_ms=10_000).target
     url = f"{bucket}/snaps"
-    ds = zd.Dataset.range(12).map(expensive).snapshot(url)
+    ds = zd.Dataset.range(4).map(expensive).snapshot(url)
     CALLS.clear()
-    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(12))
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(4))
     [written] = fsspec.filesystem("s3").ls(url)
     poll_for(lambda: fsspec.filesystem("s3").exists(f"{written}/manifest.json"))
     CALLS.clear()
-    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(12))
+    assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(4))
     assert not CALLS
     loaded = zd.Dataset.load(f"s3://{written}")
-    assert [int(e["x"][0]) for e in loaded] == list(range(12))
+    assert [int(e["x"][0]) for e in loaded] == list(range(4))
 
 
 def test_a_snapshot_written_locally_is_read_by_jobs_and_the_other_way(
@@ -265,3 +270,21 @@ def test_a_file_cache_before_distribute_is_a_snapshot_at_its_filename(
     assert sorted(int(e["x"][0]) for e in read(ds, target)) == list(range(80))
     assert [int(e["x"][0]) for e in ds] == list(range(80))  # locally too
     assert not CALLS
+
+
+@pytest.mark.parametrize("kind", ["memory", "snapshot"])
+def test_under_parallel_epochs_each_worker_keeps_it_as_a_local_pass_does(
+    cluster: Callable[..., Cluster], tmp_path: Path, kind: str
+):
+    target = cluster(num_workers=1).target
+    made = zd.Dataset.range(20).map(expensive)
+    ds = made.cache() if kind == "memory" else made.snapshot(str(tmp_path))
+    CALLS.clear()
+    read = ds.repeat(3).apply(service.distribute("parallel_epochs", target))
+    with iter(read) as it:
+        got = [int(next(it)["x"][0])]
+        [job] = service.get_status(target)["jobs"]
+        assert job["snapshot"] is None  # no job writes it: the worker's pass does
+        got += [int(e["x"][0]) for e in it]
+    assert sorted(got) == sorted(list(range(20)) * 3)
+    assert sum(CALLS.values()) == 20  # the worker's later epochs read what it kept

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from zmqdata._dataset import fs, specs
@@ -63,6 +63,7 @@ __all__ = [
     "is_chunk_name",
     "read_chunk",
     "read_manifest",
+    "remove_chunks",
     "resolve_compression",
     "saving_marker",
     "write_manifest",
@@ -266,6 +267,28 @@ def write_manifest(
         fs.remove(fs.join(path, SAVING))
     with contextlib.suppress(Exception):  # what killed workers left
         fs.remove_temporaries(fs.join(path, CHUNKS))
+
+
+def remove_chunks(path: str, keep: Collection[str] = ()) -> None:
+    """Removes the chunks (and temporary files) under the save at ``path`` but ``keep``.
+
+    >>> import os, tempfile
+    >>> path = tempfile.mkdtemp()
+    >>> for name in ("c0", "c1"):
+    ...     with ChunkWriter(path, name, None) as writer:
+    ...         writer.write(1)
+    >>> remove_chunks(path, keep={"c1"}); os.listdir(os.path.join(path, CHUNKS))
+    ['c1']
+    """
+    folder = fs.join(path, CHUNKS)
+    fs.remove_temporaries(folder)
+    try:
+        left = fs.expand(fs.join(folder, "*"))
+    except NotFoundError:  # none
+        return
+    for chunk in left:
+        if chunk.rsplit("/", 1)[-1] not in keep:
+            fs.remove(chunk)
 
 
 def read_manifest(path: str) -> dict[str, Any]:

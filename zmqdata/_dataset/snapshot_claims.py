@@ -30,8 +30,7 @@ import weakref
 from typing import Any
 
 from zmqdata._dataset import fs, snapshot
-from zmqdata._dataset.snapshot_chunks import CHUNKS
-from zmqdata.errors import FailedPreconditionError, NotFoundError
+from zmqdata.errors import FailedPreconditionError
 
 HOST = socket.gethostname()
 """The host a marker names: its process can be asked whether it lives."""
@@ -112,20 +111,8 @@ def _take_over(path: str, dead: dict[str, Any]) -> bool:
     try:
         if snapshot.saving_marker(path) != dead:
             return False
-        _remove_chunks(path)
+        snapshot.remove_chunks(path)
         fs.remove(fs.join(path, snapshot.SAVING))
         return True
     finally:
         fs.remove(taking)
-
-
-def _remove_chunks(path: str) -> None:
-    """Removes every chunk (and temporary file) under the unfinished save at ``path``."""
-    folder = fs.join(path, CHUNKS)
-    fs.remove_temporaries(folder)
-    try:
-        left = fs.expand(fs.join(folder, "*"))
-    except NotFoundError:  # none
-        return
-    for chunk in left:
-        fs.remove(chunk)

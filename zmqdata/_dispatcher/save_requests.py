@@ -10,6 +10,7 @@ manifest failed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -148,6 +149,9 @@ def _finish_if_complete(state: DispatcherState, save: model.Save) -> bool:
     except (OSError, ZmqDataError) as error:
         _end_save(state, save, f"its manifest could not be written: {error}")
         return True
+    if save.by_jobs:  # a split's second writer's (another job's, a lost worker's)
+        with contextlib.suppress(OSError, ZmqDataError):
+            snapshot.remove_chunks(save.path, keep={c["name"] for c in chunks})
     _end_save(state, save, "")
     return True
 

@@ -18,7 +18,8 @@ those ops.
 Who writes which split is not kept: every run that makes a whole split writes
 it, so a worker lost mid-split, a repetition that catches up with the one
 before, or two jobs at once cost at most a second write of the split, never a
-second chunk listed.
+second chunk listed (the chunks not listed are removed once the manifest is
+written).
 
 >>> import zmqdata as zd
 >>> from zmqdata._dataset import graph
@@ -52,6 +53,7 @@ from zmqdata.errors import (
 )
 
 if TYPE_CHECKING:
+    from zmqdata._dispatcher.records import ClusterRecords
     from zmqdata._dispatcher.state import DispatcherState
 
 
@@ -125,7 +127,7 @@ def check_job(msg: m.GetOrCreateJob, dataset: model.Dataset, whole: bool) -> Non
         )
 
 
-def save_of(records: Any, target: model.SnapshotTarget) -> model.Save | None:
+def save_of(records: ClusterRecords, target: model.SnapshotTarget) -> model.Save | None:
     """The save of ``target``'s folder: running or finished (the latest one)."""
     found = None
     for save in records.saves.values():
@@ -227,10 +229,17 @@ def words(
     return said
 
 
-def status(records: Any, dataset: model.Dataset) -> dict[str, Any] | None:
-    """A job's ``"snapshot"`` status: its folder, writing or reading, chunks written."""
+def status(
+    records: ClusterRecords, dataset: model.Dataset, job: model.Job
+) -> dict[str, Any] | None:
+    """A job's ``"snapshot"`` status: its folder, writing or reading, chunks written.
+
+    None for a job over no snapshot, or one that does not write it (every
+    worker of a ``parallel_epochs`` job runs the op as a local pass does).
+    """
     target = dataset.snapshot
-    if target is None or not target.directory:
+    dynamic = job.processing_mode == ShardingPolicy.DYNAMIC
+    if target is None or not target.directory or not dynamic:
         return None
     save = save_of(records, target)
     written = 0 if save is None else len(save.chunks)

@@ -376,7 +376,7 @@ def _job(
         "eta_s": None if finished else _eta_s(splits, served),
         "errors_ignored": sum(count for count, _ in ignored.values()),
         "last_error_ignored": [*ignored.values()][-1][1] if ignored else None,
-        "snapshot": snapshot_saves.status(records, dataset),
+        "snapshot": snapshot_saves.status(records, dataset, job),
     }
 
 
