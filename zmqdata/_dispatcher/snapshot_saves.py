@@ -61,10 +61,12 @@ def target_of(root: Node) -> model.SnapshotTarget | None:
     """The ``snapshot`` (or ``cache``) on ``root``'s main chain, if any (functions not loaded)."""
     persisted = [node for node in main_chain(root) if node.op in cache.PERSISTED]
     if not persisted:
-        return None
+        return None  # (one in a branch, a zip's, passes through on workers)
     node = persisted[0]
     refused = ""
-    if len(persisted) > 1:
+    everywhere = [other for other in root.walk() if other.op in cache.PERSISTED]
+    if len(everywhere) > 1:
+        persisted = everywhere
         refused = (
             f"a distributed_epoch read writes one snapshot: this pipeline has "
             f"{len(persisted)} ({', '.join(n.op for n in persisted)}) before "
