@@ -16,6 +16,7 @@ from bench import (
     exactly_once,
     formats,
     hosts,
+    inline_snapshots,
     jax_steps,
     multirank,
     packing,
@@ -351,6 +352,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "multirank": multirank.rows,
     "formats": formats.rows,
     "snapshots": snapshots.rows,
+    "inline_snapshots": inline_snapshots.rows,
 }
 
 
@@ -462,6 +464,10 @@ DETAILS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "snapshots": (
         "Preprocess once: load against recompute and numpy.load",
         snapshots.details,
+    ),
+    "inline_snapshots": (
+        "Preprocess once, inline: snapshot(path) before distribute",
+        inline_snapshots.details,
     ),
     "hosts": ("Throughput against worker hosts (network namespaces)", hosts.details),
 }

@@ -18,6 +18,8 @@ save/merge/restore latency: bench/multirank.py), formats (Parquet and
 WebDataset readers against pyarrow, webdataset and Ray Data: bench/formats.py),
 snapshots (the images saved once with distributed_save, then Dataset.load
 against recomputing and against numpy.load: bench/snapshots.py),
+inline_snapshots (snapshot(path) before distribute: epoch 1 writing it against no
+snapshot, later epochs and jobs reading it: bench/inline_snapshots.py),
 hosts (throughput against 1-4 worker hosts over tc-limited links, network
 namespaces, root: bench/hosts.py).
 Each figure is the median of ``--repeats`` runs after a warm-up, next to
@@ -54,6 +56,7 @@ from bench import (
     exactly_once,
     formats,
     hosts,
+    inline_snapshots,
     jax_steps,
     link,
     multirank,
@@ -98,6 +101,7 @@ SECTIONS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "multirank": multirank.multirank,  # its own 2-worker cluster, rank processes
     "formats": formats.formats,  # its own 1- and 2-worker clusters, Ray
     "snapshots": snapshots.snapshots,  # its own deployment: saves, load, numpy.load
+    "inline_snapshots": inline_snapshots.inline_snapshots,  # its own deployment
 }
 DEFAULT_OUT = Path(ROOT, "bench", "results", "latest.json")
 DOCS_IMG = Path(ROOT, "docs", "img")

@@ -95,3 +95,23 @@ def run_python(code: str, timeout: float = 60.0) -> Any:
         timeout=timeout,
         check=False,
     )
+
+
+def run_example(script: str, *args: str, timeout: float = 60.0) -> str:
+    """``examples/<script>`` with ``args`` run by a fresh Python from the
+    repository's root; its stdout, once it exited 0."""
+    import subprocess
+    import sys
+
+    from bench.common import ROOT
+
+    done = subprocess.run(
+        [sys.executable, f"examples/{script}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
