@@ -11,6 +11,7 @@ import click
 from zmqdata_cli.daemons import dispatcher, worker
 from zmqdata_cli.keygen import keygen
 from zmqdata_cli.lifecycle import down, stop
+from zmqdata_cli.lineage import lineage
 from zmqdata_cli.logs import configure_logging
 from zmqdata_cli.status import status
 from zmqdata_cli.trace import trace
@@ -40,6 +41,7 @@ main.add_command(worker)
 main.add_command(up)
 main.add_command(status)
 main.add_command(trace)
+main.add_command(lineage)
 main.add_command(keygen)
 main.add_command(stop)
 main.add_command(down)

@@ -24,6 +24,7 @@ from zmqdata._client.saves import distributed_save
 from zmqdata._client.traces import share_traces, trace
 from zmqdata._config import DispatcherConfig, WorkerConfig
 from zmqdata._dataset.constants import SHARD_HINT
+from zmqdata._dataset.lineage_records import lineage
 from zmqdata._dispatcher.server import DispatchServer
 from zmqdata._wire.modes import ShardingPolicy
 from zmqdata._worker.server import WorkerServer
@@ -40,6 +41,7 @@ __all__ = [
     "distributed_save",
     "from_dataset_id",
     "get_status",
+    "lineage",
     "merge_positions",
     "register_dataset",
     "share_traces",

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(60)
 
 N = 30
 REFUSED = {"take", "skip", "shard", "enumerate", "umap", "uinterleave"}
-"""Refused at job creation (``dealing.check_pipeline``): not a function of the split."""
+"""Refused at job creation (``split_runs.check_pipeline``): not a function of the split."""
 EXPANDING = {"interleave", "unbatch"}
 
 

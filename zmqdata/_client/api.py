@@ -314,6 +314,29 @@ def from_dataset_id(
     )
 
 
+def registered_dataset(service: Any, dataset_id: str, timeout_s: float) -> Dataset:
+    """The pipeline registered as ``dataset_id``, rebuilt here, its functions loaded.
+
+    For ``zmqdata lineage``, which runs its splits in this process: loading
+    unpickles the user functions (cloudpickle), so ask a dispatcher you
+    trust, from a process that can import what they use. An unknown id
+    raises ``NotFoundError``; a dispatcher of protocol v5 sends no pipeline
+    (``FailedPreconditionError``).
+    """
+    reply = rpc.call(
+        dispatcher_target(service),
+        m.GetDatasetInfo(dataset_id=dataset_id, pipeline=True),
+        m.GetDatasetInfoReply,
+        timeout_s,
+    )
+    if not reply.pipeline:
+        raise FailedPreconditionError(
+            f"the dispatcher sent no pipeline for dataset {dataset_id!r}: it "
+            "speaks protocol v5, which has none to send; upgrade it"
+        )
+    return Dataset(graph.deserialize(reply.pipeline))
+
+
 def distribute(
     processing_mode: Any,
     service: Any = None,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from zmqdata._wire.lineage import Lineage
+from zmqdata._wire.lineage import EMPTY, Lineage, join, keys_only
 from zmqdata._wire.progress import MAX_DEPTH, MAX_ROOT, Mark, Path, covers, keep_latest
 
 
@@ -89,6 +89,25 @@ class Marks:
         if len(marks) != size or any(-m[0] - 1 not in self._table for m in marks):
             return None
         return marks
+
+    def sources(self, lineage: Lineage) -> Lineage:
+        """The keys of the source elements ``lineage``'s element was made of.
+
+        Its marks' roots where it carries marks (an expanding op's output, or
+        a batch of them: the keys it claims are those of inputs finished
+        before it), else its keys. A root may come more than once.
+        ``lineage_records.py``: which records made an element.
+
+        >>> marks = Marks()
+        >>> marks.sources(marks.output(marks.parent((4, 6)), 0) + (2, 3)), marks.sources((2, 3))
+        ((4, 6), (2, 3))
+        """
+        roots = EMPTY
+        for lo in lineage[::2]:
+            entry = self._table.get(-lo - 1) if lo < 0 else None
+            if entry is not None:
+                roots = join(roots, entry[0].root)
+        return roots or keys_only(lineage)
 
     def delivered(self, parent: Parent, index: int) -> bool:
         """Whether a consumer acknowledged output ``index`` of ``parent`` (a lost task's)."""

@@ -290,8 +290,7 @@ def check_job(
                 "target_workers='LOCAL'"
             )
         root = graph.deserialize(dataset.pipeline, load_functions=False)
-        dealing.check_pipeline(split_runs.main_chain(root))
-        dealing.check_remainders(root, list(root.walk()))
+        split_runs.check_dealt(root)
     else:
         if msg.num_consumers is not None:
             _check_infinite(dataset, "coordinated reads (consumer_index/num_consumers)")
@@ -317,8 +316,8 @@ def _check_split_runs(dataset: model.Dataset) -> None:
     root = graph.deserialize(dataset.pipeline, load_functions=False)
     alone = split_runs.run_alone(root)
     if len(alone) > 1:
-        dealing.check_pipeline(alone, EXACTLY_ONCE_READ, repeats=True)
-        dealing.check_remainders(root, alone, EXACTLY_ONCE_READ)
+        split_runs.check_pipeline(alone, EXACTLY_ONCE_READ, repeats=True)
+        split_runs.check_remainders(root, alone, EXACTLY_ONCE_READ)
 
 
 def _check_mode(

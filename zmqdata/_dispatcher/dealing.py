@@ -5,15 +5,8 @@ A finite ``distributed_epoch`` job with ``num_consumers`` is *dealt*
 dispatcher hands the splits out by ordinal, in the seeded order, keeping
 which task holds each ordinal until every consumer is past it. A lost
 worker's ordinals are handed out again whole, so a split always yields the
-same elements. ``check_pipeline`` refuses, at job creation, what would make
-a split's elements depend on anything but the split.
-
->>> import zmqdata as zd
->>> from zmqdata._dataset.ops.split_runs import main_chain
->>> check_pipeline(main_chain(zd.Dataset.range(9).shuffle(4)._node))
-Traceback (most recent call last):
-...
-zmqdata.errors.InvalidArgumentError: a multi-rank read (num_consumers with distributed_epoch) must be deterministic: shuffle(seed=None) before distribute draws a new order in every run; give it a seed
+same elements. ``split_runs.check_pipeline`` refuses, at job creation, what
+would make a split's elements depend on anything but the split.
 """
 
 from __future__ import annotations
@@ -21,12 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zmqdata._dataset.node import Node
-from zmqdata._dataset.ops.split_runs import (
-    WHOLE_DATASET_OPS,
-    split_size,
-    whole_batch_node,
-)
+from zmqdata._dataset.ops.split_runs import DEALT_SPLIT_SIZE, split_size
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.splits import Splits, answered_before
@@ -34,13 +22,7 @@ from zmqdata._wire import deal
 from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
-from zmqdata.errors import InvalidArgumentError
 
-_WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
-SPLIT_SIZE = (1, 4096)
-"""Elements per split of a dealt job: about ``SPLITS_PER_PASS`` splits, within
-these bounds. Larger than first-come reads' (256): each split costs a fresh
-pipeline iterator and, per consumer, a request for its share of it."""
 OWNERS_SHOWN = 1024
 """The most split owners an ``IterationState`` lists (from the lowest unreleased)."""
 
@@ -53,68 +35,6 @@ def is_dealt(processing_mode: int, num_consumers: int | None, cardinality: int) 
     """
     dynamic = processing_mode == ShardingPolicy.DYNAMIC
     return dynamic and num_consumers is not None and cardinality != -1
-
-
-def check_pipeline(
-    nodes: Sequence[Node], what: str = _WHAT, repeats: bool = False
-) -> None:
-    """Raises ``InvalidArgumentError`` naming an op of ``nodes`` that runs per split.
-
-    ``nodes``: what a worker runs on each split alone (a dealt job: its
-    ``main_chain``). ``what`` names the read in the message; ``repeats``: a
-    ``repeat`` is run by handing the splits out again (split runs).
-    """
-    for node in nodes:
-        why = None if repeats and node.op == "repeat" else _refusal(node)
-        if why is not None:
-            raise InvalidArgumentError(f"{what} must be deterministic: {why}")
-
-
-def _refusal(node: Node) -> str | None:
-    args = node.args
-    if node.op in WHOLE_DATASET_OPS:
-        return (
-            f"{node.op} before distribute counts elements over the whole dataset, "
-            "but workers run the pipeline one split at a time: put it after "
-            "distribute"
-        )
-    if node.op == "shuffle" and args.get("seed") is None:
-        return (
-            "shuffle(seed=None) before distribute draws a new order in every run; "
-            "give it a seed"
-        )
-    parallel = args.get("num_parallel_calls") not in (None, 1)
-    if (
-        node.op in ("map", "interleave")
-        and parallel
-        and args.get("deterministic") is False
-    ):
-        return (
-            f"{node.op}(deterministic=False) before distribute yields elements in "
-            "the order they finish; drop deterministic=False"
-        )
-    return None
-
-
-def check_remainders(root: Node, alone: list[Node], what: str = _WHAT) -> None:
-    """Refuses a ``batch(drop_remainder=True)`` among the ops run on each split ``alone``.
-
-    Run per split, it would drop each split's remainder, not only the last
-    one, unless the splits are cut to its multiple (``whole_batch``).
-    """
-    whole = whole_batch_node(root)
-    for node in alone:
-        dropping = node.op in ("batch", "padded_batch") and node.args.get(
-            "drop_remainder"
-        )
-        if dropping and node is not whole:
-            raise InvalidArgumentError(
-                f"{what} cannot run {node.op}(drop_remainder=True) below its last "
-                "1-to-many op (or, with no such op, in a multi-rank read after "
-                "anything but map): workers run that part one split at a time, "
-                "so it would drop every split's remainder; put it after the "
-                "1-to-many op or after distribute, or drop_remainder=False"
-            )
 
 
 class _Ranges(Splits):
@@ -131,7 +51,7 @@ class _Ranges(Splits):
         return [lo, min(lo + self.size, self._length())]
 
 
-def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = SPLIT_SIZE) -> Splits:
+def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = DEALT_SPLIT_SIZE) -> Splits:
     """A dealt job's splits: index ranges sized so that batches fill up.
 
     About ``SPLITS_PER_PASS`` of them, each of ``bounds`` source elements, a

@@ -92,13 +92,14 @@ def dataset_of(records: ClusterRecords, dataset_id: str) -> model.Dataset:
 def get_dataset_info(
     state: DispatcherState, peer: bytes, msg: m.GetDatasetInfo, now: float
 ) -> list[Outgoing]:
-    """What a registered dataset's elements are, and how many."""
+    """What a registered dataset's elements are, and how many (and its pipeline)."""
     dataset = dataset_of(state.records, msg.dataset_id)
     reply = m.GetDatasetInfoReply(
         request_id=msg.request_id,
         element_spec=dataset.element_spec,
         compression=dataset.compression,
         cardinality=dataset.cardinality,
+        pipeline=dataset.pipeline if msg.pipeline else b"",
     )
     return [Outgoing(peer, reply)]
 

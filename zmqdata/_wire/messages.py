@@ -159,6 +159,8 @@ ADDED_IN: dict[str, int] = {
     "get_split_reply.exhausted": 6,
     "get_split.chunks": 6,
     "get_split_reply.chunks": 6,
+    "get_dataset_info.pipeline": 6,
+    "get_dataset_info_reply.pipeline": 6,
 }
 """What a protocol version after ``OLDEST_PROTOCOL_VERSION`` added, with that
 version: ``"type"`` for a whole message, ``"type.field"`` for a field (with a

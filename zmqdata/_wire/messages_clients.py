@@ -34,6 +34,8 @@ class GetOrRegisterDatasetReply(Message):
 class GetDatasetInfo(Message):
     TYPE: ClassVar[str] = "get_dataset_info"
     dataset_id: str
+    pipeline: bool = False
+    """Send the registered pipeline too (``zmqdata lineage`` runs its splits)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -43,6 +45,8 @@ class GetDatasetInfoReply(Message):
     compression: str | None
     cardinality: int = -2
     """The dataset's cardinality (-1 infinite, -2 unknown)."""
+    pipeline: bytes = b""
+    """The registered pipeline (``graph.serialize``), if asked for."""
 
 
 def request_key() -> bytes:

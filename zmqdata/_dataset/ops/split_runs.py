@@ -37,6 +37,7 @@ asking for the next repetition's splits (``without_repeats``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from zmqdata._dataset.block import END, Block
@@ -48,17 +49,24 @@ from zmqdata._dataset.iterator import (
     Split,
     SplitChunk,
 )
+from zmqdata._dataset.marks import Marks
 from zmqdata._dataset.node import Node, Op, make_iterator
 from zmqdata._dataset.ops.source import find_split_source
 from zmqdata._wire.lineage import EMPTY, Lineage, join, size
 from zmqdata._wire.outputs import split_base
+from zmqdata.errors import InvalidArgumentError
 
 ENDLESS = -1
 SPLITS_PER_PASS = 64
+"""About how many splits a pass of a source is cut into."""
+DEALT_SPLIT_SIZE = (1, 4096)
+"""Elements per split of a multi-rank (dealt) job: about ``SPLITS_PER_PASS``
+splits, within these bounds. Larger than first-come reads' (256): each split
+costs a fresh pipeline iterator and, per consumer, a request for its share of it."""
 WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
 """Ops that count elements across the whole dataset: run per split, they
 would act on each split instead."""
-"""About how many splits a pass of a source is cut into."""
+DEALT_READ = "a multi-rank read (num_consumers with distributed_epoch)"
 
 
 class SplitRuns(Op):
@@ -149,6 +157,80 @@ def split_size(length: int, bounds: tuple[int, int], batch: int | None) -> int:
     return max(1, -(-size // whole)) * whole
 
 
+def check_dealt(root: Node) -> None:
+    """Refuses a pipeline a multi-rank read cannot run split by split (names the op)."""
+    check_pipeline(main_chain(root))
+    check_remainders(root, list(root.walk()))
+
+
+def check_pipeline(
+    nodes: Sequence[Node], what: str = DEALT_READ, repeats: bool = False
+) -> None:
+    """Raises ``InvalidArgumentError`` naming an op of ``nodes`` that runs per split.
+
+    ``nodes``: what a worker runs on each split alone (a dealt job: its
+    ``main_chain``). ``what`` names the read in the message; ``repeats``: a
+    ``repeat`` is run by handing the splits out again (split runs).
+
+    >>> import zmqdata as zd
+    >>> check_pipeline(main_chain(zd.Dataset.range(9).shuffle(4)._node))
+    Traceback (most recent call last):
+    ...
+    zmqdata.errors.InvalidArgumentError: a multi-rank read (num_consumers with distributed_epoch) must be deterministic: shuffle(seed=None) before distribute draws a new order in every run; give it a seed
+    """
+    for node in nodes:
+        why = None if repeats and node.op == "repeat" else _refusal(node)
+        if why is not None:
+            raise InvalidArgumentError(f"{what} must be deterministic: {why}")
+
+
+def _refusal(node: Node) -> str | None:
+    args = node.args
+    if node.op in WHOLE_DATASET_OPS:
+        return (
+            f"{node.op} before distribute counts elements over the whole dataset, "
+            "but workers run the pipeline one split at a time: put it after "
+            "distribute"
+        )
+    if node.op == "shuffle" and args.get("seed") is None:
+        return (
+            "shuffle(seed=None) before distribute draws a new order in every run; "
+            "give it a seed"
+        )
+    parallel = args.get("num_parallel_calls") not in (None, 1)
+    if (
+        node.op in ("map", "interleave")
+        and parallel
+        and args.get("deterministic") is False
+    ):
+        return (
+            f"{node.op}(deterministic=False) before distribute yields elements in "
+            "the order they finish; drop deterministic=False"
+        )
+    return None
+
+
+def check_remainders(root: Node, alone: list[Node], what: str = DEALT_READ) -> None:
+    """Refuses a ``batch(drop_remainder=True)`` among the ops run on each split ``alone``.
+
+    Run per split, it would drop each split's remainder, not only the last
+    one, unless the splits are cut to its multiple (``whole_batch``).
+    """
+    whole = whole_batch_node(root)
+    for node in alone:
+        dropping = node.op in ("batch", "padded_batch") and node.args.get(
+            "drop_remainder"
+        )
+        if dropping and node is not whole:
+            raise InvalidArgumentError(
+                f"{what} cannot run {node.op}(drop_remainder=True) below its last "
+                "1-to-many op (or, with no such op, in a multi-rank read after "
+                "anything but map): workers run that part one split at a time, "
+                "so it would drop every split's remainder; put it after the "
+                "1-to-many op or after distribute, or drop_remainder=False"
+            )
+
+
 def _alone(op: Op) -> bool:
     return op.expands or op.splits_alone
 
@@ -167,19 +249,24 @@ def run_split(
     split: Split,
     ctx: IterContext,
     chunk: SplitChunk | None = None,
+    tracked: Marks | None = None,
 ) -> Any:
     """A fresh iterator of ``pipeline`` over ``split`` alone: the same elements each time.
 
     Seeded shuffles in it draw as in a first pass, whichever run this is.
     ``chunk``: under a ``snapshot``, the split's chunk to read or to write
-    (``cache_chunks``).
+    (``cache_chunks``). ``tracked``: each element's ``lineage`` says which
+    source elements it stands for, expanding ops' outputs carry their marks
+    there (``lineage_records.py``).
     """
     first_pass = {id(node): (0, -1) for node in pipeline.walk()}
     one = IterContext(
         source,
         ListSplitProvider([split]),
         passes=first_pass,
+        lineage=tracked is not None,
         ignored=ctx.ignored,
+        marks=tracked,
         profile=ctx.profile,
         chunk=chunk,
     )
