@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 from zmqdata_cli.logs import verbose_option
-from zmqdata_cli.status import dispatcher_address, dispatcher_option
+from zmqdata_cli.status import dispatcher_address, dispatcher_option, timeout_option
 
 from zmqdata import service
 from zmqdata._client.api import registered_dataset
@@ -80,13 +80,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     help="The epoch (the job's k-th iter() reads epoch k).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print service.lineage()'s list.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=5.0,
-    show_default=True,
-    help="Give up on an unreachable dispatcher after this many seconds.",
-)
+@timeout_option  # type: ignore[untyped-decorator]
 def lineage(
     address: str | None,
     dataset_id: str,
@@ -100,7 +94,9 @@ def lineage(
 ) -> None:
     """Print the source records of step STEP of a multi-rank read (each rank's)."""
     if rank is not None and rank >= ranks:
-        raise click.BadParameter(f"{rank} is not a rank of {ranks}", param_hint="--rank")
+        raise click.BadParameter(
+            f"{rank} is not a rank of {ranks}", param_hint="--rank"
+        )
     first = step * ranks + (0 if rank is None else rank)
     last = first + (ranks if rank is None else 1)
     try:

@@ -35,6 +35,14 @@ dispatcher_option = click.option(
     f"{LOCAL_DISPATCHER}, the local dispatcher's well-known address].",
 )
 """The ``--dispatcher`` option of the commands that ask a dispatcher."""
+timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Give up on an unreachable dispatcher after this many seconds.",
+)
+"""The ``--timeout`` of the commands that ask a dispatcher once."""
 
 
 def dispatcher_address(given: str | None) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 from zmqdata_cli.logs import verbose_option
-from zmqdata_cli.status import dispatcher_address, dispatcher_option
+from zmqdata_cli.status import dispatcher_address, dispatcher_option, timeout_option
 
 from zmqdata import service
 from zmqdata._runtime.spans import MAX_SECONDS, MIN_SECONDS
@@ -54,13 +54,7 @@ def summary(trace: dict[str, Any], path: Path) -> str:
     show_default=True,
     help="The trace file to write (Chrome trace-event JSON; open it in Perfetto).",
 )
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=5.0,
-    show_default=True,
-    help="Give up on an unreachable dispatcher after this many seconds.",
-)
+@timeout_option  # type: ignore[untyped-decorator]
 def trace(address: str | None, seconds: float, output: Path, timeout: float) -> None:
     """Record spans from the dispatcher, the workers and sharing trainers.
 

@@ -19,6 +19,7 @@ from zmqdata._client.api import (
     get_status,
     register_dataset,
 )
+from zmqdata._client.lineage_log import LineageLog, logged_lineage
 from zmqdata._client.position import merge_positions
 from zmqdata._client.saves import distributed_save
 from zmqdata._client.traces import share_traces, trace
@@ -34,6 +35,7 @@ __all__ = [
     "CrossTrainerCache",
     "DispatchServer",
     "DispatcherConfig",
+    "LineageLog",
     "ShardingPolicy",
     "WorkerConfig",
     "WorkerServer",
@@ -42,6 +44,7 @@ __all__ = [
     "from_dataset_id",
     "get_status",
     "lineage",
+    "logged_lineage",
     "merge_positions",
     "register_dataset",
     "share_traces",

@@ -59,8 +59,11 @@ def test_bad_requests_exit_non_zero_saying_why(registered):
     target, dataset_id = registered
     common = ["--dispatcher", target, "--ranks", "2"]
     unknown = lineage(*common, "--dataset-id", "nope", "--step", "0")
-    assert unknown.exit_code == 1 and "nope" in unknown.output
+    assert unknown.exit_code == 1
+    assert "nope" in unknown.output
     past = lineage(*common, "--dataset-id", dataset_id, "--step", "125")
-    assert past.exit_code == 1 and "past the epoch's end" in past.output
+    assert past.exit_code == 1
+    assert "past the epoch's end" in past.output
     rank = lineage(*common, "--dataset-id", dataset_id, "--step", "0", "--rank", "2")
-    assert rank.exit_code == 2 and "not a rank of 2" in rank.output
+    assert rank.exit_code == 2
+    assert "not a rank of 2" in rank.output

@@ -85,7 +85,8 @@ def test_a_filter_names_its_element_and_the_records_it_dropped_before_it():
     rows = service.lineage(ds, None, 1, 0, 4)
     assert [indices(row) for row in rows] == [[0], [1, 2, 3], [4, 5, 6], [7, 8, 9]]
     epoch = DealtEpoch(ds._node, None, 0)
-    assert epoch.locate(4) == (0, 4) and epoch.runs == 1  # counted by running it
+    assert epoch.locate(4) == (0, 4)
+    assert epoch.runs == 1  # its count does not fold: counted by running it
 
 
 def test_an_unbatched_element_names_the_batch_it_came_from():
@@ -162,13 +163,15 @@ def test_choose_from_datasets_names_the_source_chosen():
 
 def test_what_no_multi_rank_read_can_be_is_refused():
     with pytest.raises(InvalidArgumentError, match="needs a seed"):
-        service.lineage(zd.Dataset.sample_from_datasets([zd.Dataset.range(3)] * 2), 0, 1, 0, 1)
+        service.lineage(
+            zd.Dataset.sample_from_datasets([zd.Dataset.range(3)] * 2), 0, 1, 0, 1
+        )
     with pytest.raises(InvalidArgumentError, match="shuffle"):
         service.lineage(zd.Dataset.range(9).shuffle(4), 0, 1, 0, 1)
     with pytest.raises(InvalidArgumentError, match="repeat"):
         service.lineage(zd.Dataset.range(9).repeat(2), 0, 1, 0, 1)
     with pytest.raises(ValueError, match="num_consumers"):
         service.lineage(zd.Dataset.range(9), 0, 0, 0, 1)
+    mixture = zd.Dataset.sample_from_datasets([zd.Dataset.range(3)] * 2, seed=1)
     with pytest.raises(ValueError, match="past the mixture's end"):
-        mixture = zd.Dataset.sample_from_datasets([zd.Dataset.range(3)] * 2, seed=1)
         service.lineage(mixture, 0, 1, 0, 7)

@@ -7,7 +7,6 @@ and ``lineage`` computed here with no cluster must name exactly those.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,12 @@ import numpy as np
 import pytest
 
 import zmqdata as zd
-from tests.service.cluster import Cluster
 from tests.service.test_multirank import (
-    JOIN_TIMEOUT_S,
     Opened,
     fresh,
     on_ranks,
     rank_dataset,
-    small_blocks,  # noqa: F401 - a fixture
+    read_through_a_loss,
 )
 from zmqdata import service
 
@@ -36,51 +33,14 @@ BATCHED = zd.Dataset.range(1_203).map(lambda i: i * 10).batch(4)
 SEED = 13
 
 
-def read_through_a_loss(c: Cluster, ds: zd.Dataset, R: int) -> list[list[Any]]:
-    """Every rank's elements; worker 1 stopped once each rank took 30 of them."""
-    name = fresh("lineage")
-    reached = threading.Barrier(R + 1, timeout=JOIN_TIMEOUT_S)
-    go_on = threading.Event()
-
-    def body(r: int, opened: Opened) -> list[Any]:
-        with opened(rank_dataset(c.target, ds, R, r, name, SEED)) as iterator:
-            got = [next(iterator) for _ in range(30)]
-            reached.wait()
-            assert go_on.wait(JOIN_TIMEOUT_S)
-            return got + list(iterator)
-
-    outcome: list[Any] = []
-
-    def read_all() -> None:
-        try:
-            outcome.append(on_ranks(R, body))
-        except BaseException as error:
-            outcome.append(error)
-
-    readers = threading.Thread(target=read_all)
-    readers.start()
-    try:
-        reached.wait()  # every rank mid-read: the workers hold what they made
-        c.stop_worker(1)  # its splits are made again by the other worker
-    finally:
-        go_on.set()
-    readers.join(JOIN_TIMEOUT_S + 5)
-    assert not readers.is_alive()
-    [streams] = outcome
-    if isinstance(streams, BaseException):
-        raise streams
-    assert len({len(s) for s in streams}) == 1
-    return list(streams)
-
-
 def delivered(streams: list[list[Any]], row: dict[str, Any]) -> Any:
     return streams[row["consumer_index"]][row["step"]]
 
 
-def test_a_batch_names_its_range_indices_through_a_worker_loss(cluster, small_blocks):
+def test_a_batch_names_its_range_indices_through_a_worker_loss(cluster):
     c = cluster(num_workers=2, worker_timeout_ms=300)
     R = 3
-    streams = read_through_a_loss(c, BATCHED, R)
+    streams = read_through_a_loss(c, BATCHED, R, SEED, first=30)
     rows = service.lineage(BATCHED, SEED, R, 0, R * len(streams[0]))
     assert len(rows) == 300  # 301 batches: the last round is not dealt
     for row in rows:
@@ -112,13 +72,15 @@ def test_shuffled_parquet_rows_name_their_file_and_row_through_a_worker_loss(
     ds = zd.Dataset.from_parquet(sorted(paths)).shuffle(8, seed=2).batch(3)
     c = cluster(num_workers=2, worker_timeout_ms=300)
     R = 2
-    streams = read_through_a_loss(c, ds, R)
+    streams = read_through_a_loss(c, ds, R, SEED, first=30)
     rows = service.lineage(ds, SEED, R, 0, R * len(streams[0]))
     assert len(rows) == 322  # splits of 15 rows (the last 8): 5 batches, 3 in the last
     for row in rows:
         batch = delivered(streams, row)
         named = [(r["path"], r["record"]) for r in row["sources"]]
-        got = [(paths[f], int(i)) for f, i in zip(batch["file"], batch["row"])]
+        got = [
+            (paths[f], int(i)) for f, i in zip(batch["file"], batch["row"], strict=True)
+        ]
         assert named == got, row
 
 
@@ -150,7 +112,9 @@ def test_a_mixture_of_reads_names_the_source_each_rank_drew(cluster):
 
 
 def test_a_position_past_the_dealt_rounds_is_refused():
-    with pytest.raises(ValueError, match="past the epoch's end: it deals 300 of its 301"):
+    with pytest.raises(
+        ValueError, match="past the epoch's end: it deals 300 of its 301"
+    ):
         service.lineage(BATCHED, SEED, 3, 299, 301)
     assert service.lineage(BATCHED, SEED, 3, 5, 5) == []
     with pytest.raises(TypeError, match="Dataset"):

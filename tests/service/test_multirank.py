@@ -481,17 +481,27 @@ def test_a_single_ranks_save_or_another_seed_cannot_be_restored(shared):
 )
 def test_a_worker_stopped_mid_read_changes_no_stream(cluster, small_blocks, ds):
     c = cluster(num_workers=2, worker_timeout_ms=300)  # the dispatcher's
-    R = 2
+    streams = read_through_a_loss(c, ds, 2, 13, first=100)
+    assert [[key(x) for x in stream] for stream in streams] == dealt(
+        reference(ds, 13), 2
+    )
+    poll_for(lambda: len(c.status()["workers"]) == 1)  # the loss was noticed
+
+
+def read_through_a_loss(
+    c: Cluster, ds: zd.Dataset, R: int, seed: int | None, first: int
+) -> list[list[Any]]:
+    """Every rank's stream; worker 1 stopped once each rank took ``first`` elements."""
     name = fresh("loss")
     reached = threading.Barrier(R + 1, timeout=JOIN_TIMEOUT_S)
     go_on = threading.Event()
 
     def body(r: int, opened: Opened) -> list[Any]:
-        with opened(rank_dataset(c.target, ds, R, r, name, 13)) as iterator:
-            got = [key(next(iterator)) for _ in range(100)]
+        with opened(rank_dataset(c.target, ds, R, r, name, seed)) as iterator:
+            got = [next(iterator) for _ in range(first)]
             reached.wait()
             assert go_on.wait(JOIN_TIMEOUT_S)
-            return got + [key(x) for x in iterator]
+            return got + list(iterator)
 
     outcome: list[Any] = []
 
@@ -504,7 +514,7 @@ def test_a_worker_stopped_mid_read_changes_no_stream(cluster, small_blocks, ds):
     readers = threading.Thread(target=read_all)
     readers.start()
     try:
-        reached.wait()  # both ranks mid-read: the workers hold what they made
+        reached.wait()  # every rank mid-read: the workers hold what they made
         c.stop_worker(1)  # its elements are lost: its splits must be made again
     finally:
         go_on.set()
@@ -513,8 +523,7 @@ def test_a_worker_stopped_mid_read_changes_no_stream(cluster, small_blocks, ds):
     [results] = outcome
     if isinstance(results, BaseException):
         raise results
-    assert results == dealt(reference(ds, 13), R)
-    poll_for(lambda: len(c.status()["workers"]) == 1)  # the loss was noticed
+    return list(results)
 
 
 # ------------------------------------------------------------------ liveness

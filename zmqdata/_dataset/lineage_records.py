@@ -156,8 +156,8 @@ class DealtEpoch:
     def locate(self, token: int) -> tuple[int, int] | None:
         """``(ordinal, index)`` of ``token``; None past the epoch's last element."""
         ends = self._ends
-        while (not ends or ends[-1] <= token) and len(ends) < len(self._order):
-            ends.append((ends[-1] if ends else 0) + self._count(len(ends)))
+        while (not ends or ends[-1] <= token) and self._count_next():
+            pass
         ordinal = bisect.bisect_right(ends, token)
         if ordinal == len(ends):
             return None
@@ -165,8 +165,17 @@ class DealtEpoch:
 
     def total(self) -> int:
         """How many elements the epoch has (every split counted)."""
-        self.locate(self._length * STRIDE)
+        while self._count_next():
+            pass
         return self._ends[-1] if self._ends else 0
+
+    def _count_next(self) -> bool:
+        """Counts the first ordinal not counted yet; False if every one is."""
+        ends = self._ends
+        if len(ends) == len(self._order):
+            return False
+        ends.append((ends[-1] if ends else 0) + self._count(len(ends)))
+        return True
 
     def keys(self, ordinal: int, indices: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """The source keys each element ``indices`` of split ``ordinal`` stands for."""
@@ -330,9 +339,7 @@ def _most_drawn(draws: list[tuple[int, int]], count: int) -> list[int]:
     return most
 
 
-def _replay(
-    node: Node, lengths: list[int | None], steps: int
-) -> list[tuple[int, int]]:
+def _replay(node: Node, lengths: list[int | None], steps: int) -> list[tuple[int, int]]:
     """The mixture's first ``steps`` draws over inputs of ``lengths`` (None: endless)."""
     stand_ins = tuple(
         Dataset.range(j * STRIDE, j * STRIDE + (STRIDE - 1 if n is None else n))._node

@@ -51,7 +51,9 @@ class _Ranges(Splits):
         return [lo, min(lo + self.size, self._length())]
 
 
-def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = DEALT_SPLIT_SIZE) -> Splits:
+def splits_of(
+    dataset: model.Dataset, bounds: tuple[int, int] = DEALT_SPLIT_SIZE
+) -> Splits:
     """A dealt job's splits: index ranges sized so that batches fill up.
 
     About ``SPLITS_PER_PASS`` of them, each of ``bounds`` source elements, a
