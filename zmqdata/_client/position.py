@@ -260,6 +260,7 @@ class DealtProgress:
             consumed=self._consumed,
             anchor=self._last_anchor(),
             job=options.job_name or "",
+            elements=int(self._info.get("elements", -1)),
         ).to_state()
 
     def resume_from(self, options: ReadOptions, state: Any) -> list[int]:

@@ -22,11 +22,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zmqdata._dataset.node import Node
+from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.split_runs import (
     WHOLE_DATASET_OPS,
     split_size,
     whole_batch_node,
 )
+from zmqdata._dataset.plans import DEALT_SPLIT_SIZE
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.splits import Splits, answered_before
@@ -37,10 +39,7 @@ from zmqdata._wire.modes import ShardingPolicy
 from zmqdata.errors import InvalidArgumentError
 
 _WHAT = "a multi-rank read (num_consumers with distributed_epoch)"
-SPLIT_SIZE = (1, 4096)
-"""Elements per split of a dealt job: about ``SPLITS_PER_PASS`` splits, within
-these bounds. Larger than first-come reads' (256): each split costs a fresh
-pipeline iterator and, per consumer, a request for its share of it."""
+SPLIT_SIZE = DEALT_SPLIT_SIZE
 OWNERS_SHOWN = 1024
 """The most split owners an ``IterationState`` lists (from the lowest unreleased)."""
 
@@ -117,6 +116,28 @@ def check_remainders(root: Node, alone: list[Node], what: str = _WHAT) -> None:
             )
 
 
+COUNT_PRESERVING = ("map", "prefetch", "cache", "snapshot")
+"""Ops that make one element of each, run on a split or on the whole source."""
+
+
+def epoch_elements(root: Node, cardinality: int) -> int:
+    """The elements of a dealt epoch of ``root`` if its ``cardinality`` says it (-1 if not).
+
+    Splits run alone, so ops that count across elements count per split; the
+    cardinality is the epoch's where every op on the main chain makes one
+    element of each, but the batch splits are cut to (``whole_batch``).
+
+    >>> import zmqdata as zd
+    >>> ds = zd.Dataset.range(100).map(abs).batch(8)
+    >>> epoch_elements(ds._node, 13), epoch_elements(ds.batch(2)._node, 7)
+    (13, -1)
+    """
+    whole = whole_batch_node(root)
+    chain = split_runs.main_chain(root)[:-1]  # the source makes the source's
+    exact = all(n.op in COUNT_PRESERVING or n is whole for n in chain)
+    return cardinality if exact and cardinality >= 0 else -1
+
+
 class _Ranges(Splits):
     """Splits as plain index ranges of ``size`` (files too: several per split)."""
 
@@ -146,11 +167,17 @@ def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = SPLIT_SIZE) -> S
     return _Ranges(source, split_size(length, bounds, dataset.whole_batch))
 
 
-def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:
-    """``IterationState.deal``: the epoch, its splits and who holds them."""
+def state_of(
+    iteration: model.Iteration, num_splits: int, elements: int = -1
+) -> dict[str, Any]:
+    """``IterationState.deal``: the epoch, its splits and who holds them.
+
+    ``elements``: the epoch's, where known (``epoch_elements``; -1 otherwise).
+    """
     owners = sorted(iteration.owners.items())[:OWNERS_SHOWN]
     return {
         "epoch": iteration.deal_epoch,
+        "elements": elements,
         "splits": num_splits,
         "start": iteration.deal_start,
         "stream": list(iteration.deal_stream),
