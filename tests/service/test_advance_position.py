@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.mark.parametrize("R2", [2, 3])
-def test_restoring_an_advanced_position_skips_exactly_those_elements(shared, R2):
+def test_restoring_an_advanced_position_skips_exactly_those_elements(shared, R2):  # noqa: F811
     ds, R, step, k = BATCHED, 2, 9, 14  # 125 batches: 18 read, 14 skipped
     took, states = save_at(shared.target, ds, R, step, 4, fresh("adv"))
     merged = service.merge_positions(states)
@@ -51,7 +51,7 @@ def test_restoring_an_advanced_position_skips_exactly_those_elements(shared, R2)
     assert len(left) - R2 * len(resumed[0]) < R2
 
 
-def test_an_advance_past_the_epochs_end_continues_in_the_next_epoch(shared):
+def test_an_advance_past_the_epochs_end_continues_in_the_next_epoch(shared):  # noqa: F811
     ds, R, step = BATCHED, 2, 50  # 100 of 125 read; 25 left: 24 dealt, 1 not
     _, states = save_at(shared.target, ds, R, step, 6, fresh("cross"))
     advanced = service.advance_position(service.merge_positions(states), 24 + 10)
@@ -69,7 +69,7 @@ def test_an_advance_past_the_epochs_end_continues_in_the_next_epoch(shared):
     assert len(next_epoch) - 10 - R * len(resumed[0]) < R
 
 
-def test_a_dataset_of_unknown_size_is_counted_when_given(shared):
+def test_a_dataset_of_unknown_size_is_counted_when_given(shared):  # noqa: F811
     ds, R, step = FILTERED, 2, 90  # 180 batches read (of 210: splits' last are short)
     _, states = save_at(shared.target, ds, R, step, 3, fresh("filtered"))
     merged = service.merge_positions(states)
@@ -90,7 +90,7 @@ def test_a_dataset_of_unknown_size_is_counted_when_given(shared):
     assert interleaved(resumed) == next_epoch[10 : 10 + R * len(resumed[0])]
 
 
-def test_bad_positions_and_counts_are_refused_naming_them(shared):
+def test_bad_positions_and_counts_are_refused_naming_them(shared):  # noqa: F811
     _, states = save_at(shared.target, BATCHED, 2, 3, 4, fresh("bad"))
     with pytest.raises(InvalidArgumentError, match="not one consumer's"):
         service.advance_position(states[0], 2)
@@ -101,7 +101,7 @@ def test_bad_positions_and_counts_are_refused_naming_them(shared):
         service.advance_position("state", 1)  # type: ignore[arg-type]
 
 
-def test_the_framework_helpers_skip_steps_of_every_rank(shared):
+def test_the_framework_helpers_skip_steps_of_every_rank(shared):  # noqa: F811
     torch_helpers = pytest.importorskip("zmqdata.torch")
     R, per_step = 2, 3
     _, states = save_at(shared.target, BATCHED, R, 6, 4, fresh("steps"))
