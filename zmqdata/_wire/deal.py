@@ -168,7 +168,7 @@ class DealtPosition:
             "consumed": self.consumed,
             "anchor": list(self.anchor),
             "job": self.job,
-            "ranks": self.ranks or self.num_consumers,
+            "ranks": self.ranks,
             "elements": self.elements,
         }
 
