@@ -31,6 +31,7 @@ from tests.service.test_multirank import (
 )
 from zmqdata import service
 from zmqdata._client.advance import skip_steps
+from zmqdata._client.position import positions_in
 from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(60)
@@ -115,3 +116,13 @@ def test_the_framework_helpers_skip_steps_of_every_rank(shared):  # noqa: F811
         torch_helpers.skip_steps({"position": None}, 1)
     with pytest.raises(InvalidArgumentError, match="steps must be an int >= 0"):
         skip_steps(merged, -2)
+
+
+def test_a_mixture_of_reads_is_refused_naming_why(shared):  # noqa: F811
+    from zmqdata._dataset import saved
+
+    _, states = save_at(shared.target, BATCHED, 2, 3, 4, fresh("mix"))
+    [[_, merged]] = positions_in(saved.decode(service.merge_positions(states)))
+    mixture = saved.encode({"inputs": [merged, merged], "used": 3})
+    with pytest.raises(InvalidArgumentError, match="holds 2 \\(a mixture of reads\\)"):
+        service.advance_position(mixture, 4)

@@ -11,7 +11,9 @@ here, by running them, as far as the advance reaches (``dataset``).
 
 from __future__ import annotations
 
-from zmqdata._client.position import _position_in, _replaced
+from typing import Any
+
+from zmqdata._client.position import positions_in, replaced
 from zmqdata._dataset import plans, saved
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import IterContext
@@ -45,9 +47,9 @@ def advance_position(
     if dataset is not None and not isinstance(dataset, Dataset):
         raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
     state = saved.decode(position)
-    path, found = _position_in(state)
+    path, found = _the_position(state)
     counted = None if dataset is None else _epoch_size(dataset)
-    return saved.encode(_replaced(state, path, deal.advance(found, elements, counted)))
+    return saved.encode(replaced(state, path, deal.advance(found, elements, counted)))
 
 
 def skip_steps(
@@ -69,9 +71,31 @@ def skip_steps(
         raise TypeError(
             f"skip_steps takes merge_positions()' bytes, got {type(position).__name__}"
         )
-    _, found = _position_in(saved.decode(position))
+    _, found = _the_position(saved.decode(position))
     ranks = deal.DealtPosition.from_state(found).ranks or 1
     return advance_position(position, steps * ranks * elements_per_step, dataset)
+
+
+def _the_position(state: Any) -> tuple[Any, Any]:
+    """The one multi-rank position in ``state``, and where it is.
+
+    A mixture of reads holds one per source, and which of them the next
+    steps take is the mixture's draw: skipping steps of a mixture is not
+    supported (restore it and read the steps to skip, or skip in each
+    source's own job).
+    """
+    found = positions_in(state)
+    if not found:
+        raise InvalidArgumentError(
+            "not the save() of a multi-rank read (distributed_epoch with num_consumers)"
+        )
+    if len(found) > 1:
+        raise InvalidArgumentError(
+            f"advance_position skips elements of one multi-rank read; this position "
+            f"holds {len(found)} (a mixture of reads), whose next elements depend on "
+            "the mixture's draws: restore it and read the steps to skip instead"
+        )
+    return found[0]
 
 
 def _epoch_size(dataset: Dataset) -> deal.EpochSize:
