@@ -1,7 +1,7 @@
 """The README keeps its promises: every python snippet runs, every link resolves.
 
-Each ```python block of README.md (and of docs/accountable.md) runs as its own
-fresh interpreter (a newcomer pastes it whole), warnings as errors. Every relative link of README.md and docs/
+Each ```python block of README.md runs as its own fresh interpreter (a newcomer
+pastes it whole), warnings as errors. Every relative link of README.md and docs/
 names a file that exists and, after ``#``, a heading of that file (GitHub's
 anchors).
 """
@@ -49,30 +49,25 @@ def test_anchors_follow_github() -> None:
     assert anchors(text) == {"a-title", "1-a-laptop", "docker--compose", "a-title-1"}
 
 
-RUNNABLE = [README, ROOT / "docs" / "accountable.md"]
-"""The pages whose ```python blocks run as they stand."""
-
-
-@pytest.mark.parametrize(
-    ("page", "index"),
-    [(page, i) for page in RUNNABLE for i in range(len(snippets(page.read_text())))],
-    ids=lambda value: value.name if isinstance(value, Path) else str(value),
-)
-def test_snippet_runs(page: Path, index: int, tmp_path: Path) -> None:
-    code = snippets(page.read_text())[index]
+def run_snippet(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` run in a fresh interpreter in ``cwd``, warnings as errors."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-W", "error", "-c", code],
         check=False,
-        cwd=tmp_path,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert result.returncode == 0, (
-        f"{page.name} snippet {index}:\n{code}\n{result.stderr}"
-    )
+
+
+@pytest.mark.parametrize("index", range(len(snippets(README.read_text()))))
+def test_readme_snippet_runs(index: int, tmp_path: Path) -> None:
+    code = snippets(README.read_text())[index]
+    result = run_snippet(code, tmp_path)
+    assert result.returncode == 0, f"README snippet {index}:\n{code}\n{result.stderr}"
 
 
 def test_readme_has_snippets() -> None:

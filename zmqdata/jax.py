@@ -28,6 +28,10 @@ Who reads what:
   ``dataset.shard(process_count, process_index)``, cut to the same number of
   batches on every process when the dataset's cardinality is known.
 
+Skipping steps (the loss-spike recipe, docs/accountable.md):
+``skip_steps(position, steps)`` is the merged position with the next
+``steps`` global batches skipped (one local batch of every process each).
+
 Checkpoints: ``GlobalBatches.save()`` is this process's position (after the
 last batch it yielded: batches built ahead are not counted), and
 ``service.merge_positions`` of every process's ``save()`` taken at one step is
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from zmqdata._adapters import takes_consumers, uses_service, with_consumers
+from zmqdata._client.advance import skip_steps
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator, UnaryIterator
 from zmqdata._dataset.ops._threads import BackgroundIterator
@@ -63,6 +68,7 @@ __all__ = [
     "CheckpointSave",
     "GlobalBatches",
     "global_batches",
+    "skip_steps",
 ]
 
 try:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from zmqdata._client.advance import advance_position
 from zmqdata._client.api import (
     CrossTrainerCache,
     distribute,
@@ -39,6 +40,7 @@ __all__ = [
     "ShardingPolicy",
     "WorkerConfig",
     "WorkerServer",
+    "advance_position",
     "distribute",
     "distributed_save",
     "from_dataset_id",

@@ -61,12 +61,13 @@ from zmqdata._adapters import unnamed as _unnamed
 from zmqdata._adapters import uses_service as _uses_service
 from zmqdata._adapters import with_consumers as _with_consumers
 from zmqdata._adapters import with_job_name as _with_job_name
+from zmqdata._client import advance
 from zmqdata._dataset.dataset import Dataset
 from zmqdata.errors import InvalidArgumentError
 
 _MISSING = "zmqdata.torch needs PyTorch: pip install zmqdata[torch]"
 
-__all__ = ["IterableDataset", "gather_state_dict", "to_torch"]
+__all__ = ["IterableDataset", "gather_state_dict", "skip_steps", "to_torch"]
 
 try:
     import torch
@@ -517,6 +518,36 @@ def gather_state_dict(source: Any, group: Any = None) -> dict[str, Any]:
     # Every rank holds every entry now: each raises the same error (no hang).
     _raise_errors(entry, entries)
     return {"position": _merged_position(entries)}
+
+
+def skip_steps(
+    state_dict: dict[str, Any],
+    steps: int,
+    elements_per_step: int = 1,
+    dataset: Dataset | None = None,
+) -> dict[str, Any]:
+    """``gather_state_dict``'s result with the next ``steps`` steps skipped.
+
+    The loss-spike recipe (docs/accountable.md): load a checkpoint taken
+    before the spike, skip the steps that made it, resume on any number of
+    ranks. A step takes ``elements_per_step`` elements of the service read on
+    every rank: 1 where batches are made before ``distribute``, the batch
+    size where the pipeline batches after it. ``dataset`` (the pipeline
+    before ``distribute``): as ``service.advance_position``'s.
+
+    Example::
+
+        state = torch.load("checkpoint.pt")["input"]  # 100 steps before the spike
+        source.load_state_dict(zmqdata.torch.skip_steps(state, 300))
+    """
+    position = state_dict.get("position") if isinstance(state_dict, dict) else None
+    if not isinstance(position, bytes):
+        raise TypeError(
+            "skip_steps needs the dict gather_state_dict() returned, with its "
+            f"position, got {state_dict!r:.80}"
+        )
+    skipped = advance.skip_steps(position, steps, elements_per_step, dataset)
+    return {**state_dict, "position": skipped}
 
 
 def _raise_errors(entry: dict[str, Any], entries: list[Any]) -> None:

@@ -18,9 +18,11 @@ import pytest
 
 import zmqdata as zd
 from tests.service.test_multirank import dealt, reference
+from tests.test_readme import ROOT, run_snippet, snippets
 from zmqdata import service
+from zmqdata._dataset import plans
 from zmqdata._dataset.lineage_records import DealtEpoch
-from zmqdata._dataset.ops import split_runs, tfrecord
+from zmqdata._dataset.ops import tfrecord
 from zmqdata.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.timeout(60)
@@ -50,7 +52,7 @@ def test_a_step_of_ten_million_elements_runs_one_split_and_no_other():
     took = time.perf_counter() - began
     assert [row["step"] for row in rows] == [step] * R
     assert [row["consumer_index"] for row in rows] == list(range(R))
-    assert 0 < calls[0] <= split_runs.DEALT_SPLIT_SIZE[1]  # one split's, at most
+    assert 0 < calls[0] <= plans.DEALT_SPLIT_SIZE[1]  # one split's, at most
     assert took < 2.0  # about 3 ms here: the counts before it fold
     tokens = [index for row in rows for index in indices(row)]
     assert tokens == list(range(tokens[0], tokens[0] + R))  # one split, in order
@@ -175,3 +177,16 @@ def test_what_no_multi_rank_read_can_be_is_refused():
     mixture = zd.Dataset.sample_from_datasets([zd.Dataset.range(3)] * 2, seed=1)
     with pytest.raises(ValueError, match="past the mixture's end"):
         service.lineage(mixture, 0, 1, 0, 7)
+
+
+def lineage_examples() -> list[str]:
+    """The python blocks of docs/accountable.md's lineage section."""
+    text = (ROOT / "docs" / "accountable.md").read_text()
+    section = text[text.index("## Lineage: which records made a step") :]
+    return snippets(section.split("\n## ")[0])
+
+
+@pytest.mark.parametrize("index", range(len(lineage_examples())))
+def test_the_docs_examples_run(index: int, tmp_path: Path) -> None:
+    done = run_snippet(lineage_examples()[index], tmp_path)
+    assert done.returncode == 0, done.stderr

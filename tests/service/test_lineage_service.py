@@ -7,6 +7,7 @@ and ``lineage`` computed here with no cluster must name exactly those.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 
 import zmqdata as zd
+from tests.service.cluster import Cluster
 from tests.service.test_multirank import (
     Opened,
     fresh,
     on_ranks,
+    on_ranks_paused,
     rank_dataset,
-    read_through_a_loss,
 )
 from zmqdata import service
 
@@ -33,6 +35,19 @@ BATCHED = zd.Dataset.range(1_203).map(lambda i: i * 10).batch(4)
 SEED = 13
 
 
+def read_through_a_loss(c: Cluster, ds: zd.Dataset, R: int) -> list[list[Any]]:
+    """Every rank's elements; worker 1 stopped once each rank took 30 of them."""
+    name = fresh("lineage")
+
+    def body(r: int, opened: Opened, pause: Callable[[], None]) -> list[Any]:
+        with opened(rank_dataset(c.target, ds, R, r, name, SEED)) as iterator:
+            got = [next(iterator) for _ in range(30)]
+            pause()  # the stopped worker's splits are made again by the other
+            return got + list(iterator)
+
+    return on_ranks_paused(R, body, lambda: c.stop_worker(1))
+
+
 def delivered(streams: list[list[Any]], row: dict[str, Any]) -> Any:
     return streams[row["consumer_index"]][row["step"]]
 
@@ -40,7 +55,7 @@ def delivered(streams: list[list[Any]], row: dict[str, Any]) -> Any:
 def test_a_batch_names_its_range_indices_through_a_worker_loss(cluster):
     c = cluster(num_workers=2, worker_timeout_ms=300)
     R = 3
-    streams = read_through_a_loss(c, BATCHED, R, SEED, first=30)
+    streams = read_through_a_loss(c, BATCHED, R)
     rows = service.lineage(BATCHED, SEED, R, 0, R * len(streams[0]))
     assert len(rows) == 300  # 301 batches: the last round is not dealt
     for row in rows:
@@ -72,7 +87,7 @@ def test_shuffled_parquet_rows_name_their_file_and_row_through_a_worker_loss(
     ds = zd.Dataset.from_parquet(sorted(paths)).shuffle(8, seed=2).batch(3)
     c = cluster(num_workers=2, worker_timeout_ms=300)
     R = 2
-    streams = read_through_a_loss(c, ds, R, SEED, first=30)
+    streams = read_through_a_loss(c, ds, R)
     rows = service.lineage(ds, SEED, R, 0, R * len(streams[0]))
     assert len(rows) == 322  # splits of 15 rows (the last 8): 5 batches, 3 in the last
     for row in rows:

@@ -190,6 +190,46 @@ def on_ranks(
     return results
 
 
+def on_ranks_paused(
+    R: int,
+    body: Callable[[int, Opened, Callable[[], None]], Any],
+    meanwhile: Callable[[], None],
+) -> list[Any]:
+    """``on_ranks``, running ``meanwhile()`` here once every rank is paused.
+
+    Each rank's ``body(r, opened, pause)`` calls ``pause()`` once; it returns
+    after ``meanwhile`` (a worker stopped while every rank is mid-read).
+    """
+    reached = threading.Barrier(R + 1, timeout=JOIN_TIMEOUT_S)
+    go_on = threading.Event()
+
+    def pause() -> None:
+        reached.wait()
+        assert go_on.wait(JOIN_TIMEOUT_S)
+
+    outcome: list[Any] = []
+
+    def read_all() -> None:
+        try:
+            outcome.append(on_ranks(R, lambda r, opened: body(r, opened, pause)))
+        except BaseException as error:
+            outcome.append(error)
+
+    readers = threading.Thread(target=read_all)
+    readers.start()
+    try:
+        reached.wait()
+        meanwhile()
+    finally:
+        go_on.set()
+    readers.join(JOIN_TIMEOUT_S + 5)
+    assert not readers.is_alive()
+    [results] = outcome
+    if isinstance(results, BaseException):
+        raise results
+    return results
+
+
 def read(
     target: str,
     ds: zd.Dataset,
@@ -481,49 +521,19 @@ def test_a_single_ranks_save_or_another_seed_cannot_be_restored(shared):
 )
 def test_a_worker_stopped_mid_read_changes_no_stream(cluster, small_blocks, ds):
     c = cluster(num_workers=2, worker_timeout_ms=300)  # the dispatcher's
-    streams = read_through_a_loss(c, ds, 2, 13, first=100)
-    assert [[key(x) for x in stream] for stream in streams] == dealt(
-        reference(ds, 13), 2
-    )
-    poll_for(lambda: len(c.status()["workers"]) == 1)  # the loss was noticed
-
-
-def read_through_a_loss(
-    c: Cluster, ds: zd.Dataset, R: int, seed: int | None, first: int
-) -> list[list[Any]]:
-    """Every rank's stream; worker 1 stopped once each rank took ``first`` elements."""
+    R = 2
     name = fresh("loss")
-    reached = threading.Barrier(R + 1, timeout=JOIN_TIMEOUT_S)
-    go_on = threading.Event()
 
-    def body(r: int, opened: Opened) -> list[Any]:
-        with opened(rank_dataset(c.target, ds, R, r, name, seed)) as iterator:
-            got = [next(iterator) for _ in range(first)]
-            reached.wait()
-            assert go_on.wait(JOIN_TIMEOUT_S)
-            return got + list(iterator)
+    def body(r: int, opened: Opened, pause: Callable[[], None]) -> list[Any]:
+        with opened(rank_dataset(c.target, ds, R, r, name, 13)) as iterator:
+            got = [key(next(iterator)) for _ in range(100)]
+            pause()  # both ranks mid-read: the workers hold what they made
+            return got + [key(x) for x in iterator]
 
-    outcome: list[Any] = []
-
-    def read_all() -> None:
-        try:
-            outcome.append(on_ranks(R, body))
-        except BaseException as error:
-            outcome.append(error)
-
-    readers = threading.Thread(target=read_all)
-    readers.start()
-    try:
-        reached.wait()  # every rank mid-read: the workers hold what they made
-        c.stop_worker(1)  # its elements are lost: its splits must be made again
-    finally:
-        go_on.set()
-    readers.join(JOIN_TIMEOUT_S + 5)
-    assert not readers.is_alive()
-    [results] = outcome
-    if isinstance(results, BaseException):
-        raise results
-    return list(results)
+    # The stopped worker's elements are lost: its splits must be made again.
+    results = on_ranks_paused(R, body, lambda: c.stop_worker(1))
+    assert results == dealt(reference(ds, 13), R)
+    poll_for(lambda: len(c.status()["workers"]) == 1)  # the loss was noticed
 
 
 # ------------------------------------------------------------------ liveness

@@ -436,6 +436,10 @@ class DataService(Op):
     def element_spec(self, node: Node, inputs: list[Any]) -> Any:
         return decode_spec(node.args["element_spec"])
 
+    def identity(self, node: Node, inputs: list[Node]) -> Node:
+        """The dataset it reads: a resumed read has other options (job, ranks)."""
+        return Node(node.op, {"dataset_id": node.args["options"].dataset_id})
+
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         options: ReadOptions = node.args["options"]
         current = settings.current()

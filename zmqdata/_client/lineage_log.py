@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from zmqdata._client.position import _position_in
+from zmqdata._client.position import positions_in
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator
 from zmqdata._dataset.lineage_records import DealtEpoch, records_at
@@ -96,11 +96,14 @@ class LineageLog:
         state = iterator.get_state()
         position = _at(state, self._path)
         if position is None:  # the first step, the state changed shape, or it ended
-            try:
-                self._path, position = _position_in(state)
-            except InvalidArgumentError:
-                if self._segment is None:
-                    raise
+            found = positions_in(state)
+            if len(found) > 1 or (not found and self._segment is None):
+                raise InvalidArgumentError(
+                    "LineageLog records one multi-rank read (distributed_epoch "
+                    f"with num_consumers); this iterator holds {len(found)}"
+                )
+            if found:
+                self._path, position = found[0]
         if position is None:  # the read ended: the step took the rest of its epoch
             consumed = TO_THE_END
         else:

@@ -260,6 +260,7 @@ class DealtProgress:
             consumed=self._consumed,
             anchor=self._last_anchor(),
             job=options.job_name or "",
+            elements=int(self._info.get("elements", -1)),
         ).to_state()
 
     def resume_from(self, options: ReadOptions, state: Any) -> list[int]:
@@ -287,59 +288,112 @@ def resume_of(options: ReadOptions, state: Any) -> deal.Resume:
     return deal.resume_of(state)
 
 
+Path = tuple[Any, ...]
+"""Where a value sits in a state: the keys and indices down to it."""
+
+
 def merge_positions(states: Sequence[Any]) -> bytes:
     """The job's position from every consumer's ``save()`` of a multi-rank read.
 
-    Each state is an iterator's position: the consumer's share of the job
-    (``deal.DealtPosition``) wherever it sits in the pipeline's position. The
-    rest of the positions (ops after ``distribute``) must be equal, as they
-    are when every consumer saved at the same step.
+    Each state is an iterator's position holding the consumer's share of one
+    or more multi-rank reads (``deal.DealtPosition``; several in a mixture of
+    reads) wherever they sit in it. Each read's shares are merged, the
+    states' paths to them must be the same, and the rest (ops after
+    ``distribute``, a mixture's generator) equal, as they are when every
+    consumer runs the same pipeline (a mixture with the same seed) and saved
+    at the same step.
     """
     if isinstance(states, bytes | str) or not isinstance(states, Sequence):
         raise TypeError(
             f"merge_positions takes a list of save() results, got {type(states).__name__}"
         )
+    if not states:
+        raise InvalidArgumentError("merge_positions needs the states of every consumer")
     decoded = [saved.decode(state) for state in states]
-    found = [_position_in(state) for state in decoded]
-    merged = deal.merge([position for _, position in found])
-    outsides = {
-        saved.encode(_replaced(s, path, None))
-        for s, (path, _) in zip(decoded, found, strict=True)
-    }
-    if len(outsides) > 1:
+    found = [positions_in(state) for state in decoded]
+    paths = [path for path, _ in found[0]]
+    if not paths:
         raise InvalidArgumentError(
-            "the states differ outside the service read (ops after distribute "
-            "hold different positions): save every consumer at the same step"
+            "not the save() of a multi-rank read (distributed_epoch with num_consumers)"
         )
-    return saved.encode(_replaced(decoded[0], found[0][0], merged))
+    for index, each in enumerate(found):
+        if [path for path, _ in each] != paths:
+            raise InvalidArgumentError(
+                f"states[{index}] holds multi-rank reads at {_shown(each)}, "
+                f"states[0] at {_shown(found[0])}: save every consumer of the "
+                "same pipeline at the same step"
+            )
+    outsides = [_without_positions(state, paths) for state in decoded]
+    differs = [i for i, outside in enumerate(outsides) if outside != outsides[0]]
+    if differs:
+        raise InvalidArgumentError(
+            f"states[0] and states[{differs[0]}] differ outside the service reads "
+            "(ops after distribute hold different positions): save every consumer "
+            "at the same step, with the same pipeline (a sample_from_datasets "
+            "needs the same seed on every consumer)"
+        )
+    merged = decoded[0]
+    for number, path in enumerate(paths):
+        shares = [each[number][1] for each in found]
+        merged = replaced(merged, path, _merged(shares, path, len(paths)))
+    return saved.encode(merged)
 
 
-def _position_in(state: Any, path: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], Any]:
-    """Where in ``state`` a multi-rank position sits, and the position."""
+def _merged(shares: list[Any], path: Path, reads: int) -> dict[str, Any]:
+    """``deal.merge`` of one read's shares; with several reads, errors name it."""
+    try:
+        return deal.merge(shares)
+    except InvalidArgumentError as error:
+        if reads == 1:
+            raise
+        raise InvalidArgumentError(f"the read at {list(path)}: {error}") from None
+
+
+def _shown(found: list[tuple[Path, Any]]) -> str:
+    return str([list(path) for path, _ in found])[:300]
+
+
+def _without_positions(state: Any, paths: list[Path]) -> bytes:
+    """``state`` with the multi-rank positions at ``paths`` left out, as bytes."""
+    for path in paths:
+        state = replaced(state, path, None)
+    return saved.encode(state)
+
+
+def positions_in(state: Any, path: Path = ()) -> list[tuple[Path, Any]]:
+    """Every multi-rank position in ``state`` (a ``get_state`` result), with its path.
+
+    In the order a walk of the state meets them: a mixture of reads holds
+    one per read.
+
+    >>> share = deal.DealtPosition("7", 0, 3, 2, 0, deal.Stream(), 2, (0, 0))
+    >>> state = {"inputs": [share.to_state(), None], "used": 4}
+    >>> [path for path, _ in positions_in(state)]
+    [('inputs', 0)]
+    """
     if deal.is_position(state):
-        return path, state
+        return [(path, state)]
     children: Any = ()
     if isinstance(state, dict):
         children = state.items()
     elif isinstance(state, list | tuple):
         children = enumerate(state)
-    for key, child in children:
-        try:
-            return _position_in(child, (*path, key))
-        except InvalidArgumentError:
-            continue
-    raise InvalidArgumentError(
-        "not the save() of a multi-rank read (distributed_epoch with num_consumers)"
-    )
+    return [
+        found for key, child in children for found in positions_in(child, (*path, key))
+    ]
 
 
-def _replaced(state: Any, path: tuple[Any, ...], value: Any) -> Any:
-    """``state`` with the value at ``path`` replaced (copies along the path only)."""
+def replaced(state: Any, path: Path, value: Any) -> Any:
+    """``state`` with the value at ``path`` replaced (copies along the path only).
+
+    >>> replaced({"inputs": [1, 2], "used": 4}, ("inputs", 1), 9)
+    {'inputs': [1, 9], 'used': 4}
+    """
     if not path:
         return value
     key, rest = path[0], path[1:]
     if isinstance(state, dict):
-        return {**state, key: _replaced(state[key], rest, value)}
+        return {**state, key: replaced(state[key], rest, value)}
     copy = list(state)
-    copy[key] = _replaced(state[key], rest, value)
+    copy[key] = replaced(state[key], rest, value)
     return type(state)(copy) if isinstance(state, tuple) else copy

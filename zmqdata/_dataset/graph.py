@@ -38,6 +38,7 @@ import cloudpickle
 import msgpack
 import numpy as np
 
+from zmqdata._dataset import fold
 from zmqdata._dataset.node import Constant, Node
 from zmqdata._wire import frames
 from zmqdata.errors import InvalidArgumentError
@@ -137,6 +138,28 @@ def serialize(node: Node) -> bytes:
 def fingerprint(data: bytes) -> str:
     """A stable id of serialized pipeline bytes (equal pipelines, equal ids)."""
     return hashlib.sha256(data).hexdigest()[:32]
+
+
+def data_fingerprint(node: Node) -> str | None:
+    """A stable id of the data ``node`` makes; None where it cannot be serialized.
+
+    The pipeline as each op's ``Op.identity`` says (its arguments and inputs,
+    less what a restore may change: a service read counts as the dataset it
+    reads, a mixture leaves out its weights and choices). A restored mixture
+    checks each input against the saved one with it.
+
+    >>> import zmqdata as zd
+    >>> a, b = zd.Dataset.range(3), zd.Dataset.range(4)
+    >>> data_fingerprint(a._node) == data_fingerprint(zd.Dataset.range(3)._node)
+    True
+    >>> data_fingerprint(a._node) == data_fingerprint(b._node)
+    False
+    """
+    stripped = fold.fold(node, lambda n, inputs: n.definition.identity(n, inputs))
+    try:
+        return fingerprint(serialize(stripped))
+    except Exception:  # whatever pickling the user's functions raises: unknown
+        return None
 
 
 def deserialize(data: bytes, *, load_functions: bool = True) -> Node:

@@ -37,7 +37,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from zmqdata._dataset import fold
+from zmqdata._dataset import fold, plans
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import IterContext
 from zmqdata._dataset.marks import Marks
@@ -133,9 +133,7 @@ class DealtEpoch:
         self._root = root.fresh()
         source = self._source = find_split_source(self._root)
         self._length = int(source.definition.cardinality(source, []))
-        bounds = split_runs.DEALT_SPLIT_SIZE
-        whole = split_runs.whole_batch(root)
-        self._size = split_runs.split_size(self._length, bounds, whole)
+        self._size = plans.dealt_split_size(root)
         self._order = deal.split_order(seed, epoch, -(-self._length // self._size))
         self._files = (
             RecordSource.bounds(source)

@@ -94,6 +94,14 @@ class Op(abc.ABC):
         """The node's element spec given its inputs'; by default its input's."""
         return inputs[0]
 
+    def identity(self, node: Node, inputs: list[Node]) -> Node:
+        """What says which data ``node`` makes, given its inputs' (``inputs``).
+
+        By default the op, all its arguments and ``inputs``; ops leave out what
+        a restore may change (``graph.data_fingerprint``).
+        """
+        return Node(node.op, node.args, tuple(inputs))
+
     @abc.abstractmethod
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         """A fresh iterator over one pass of ``node``."""

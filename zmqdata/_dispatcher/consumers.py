@@ -193,8 +193,10 @@ def state_of(
     )
     if not job.dealt:
         return reply
-    splits = dealing.splits_of(records.datasets[job.dataset_id])
-    return dataclasses.replace(reply, deal=dealing.state_of(iteration, splits.count()))
+    dataset = records.datasets[job.dataset_id]
+    splits = dealing.splits_of(dataset).count()
+    deal = dealing.state_of(iteration, splits, dataset.epoch_elements)
+    return dataclasses.replace(reply, deal=deal)
 
 
 def release_client(

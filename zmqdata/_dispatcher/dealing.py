@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from zmqdata._dataset.ops.split_runs import DEALT_SPLIT_SIZE, split_size
+from zmqdata._dataset.node import Node
+from zmqdata._dataset.ops import split_runs
+from zmqdata._dataset.ops.split_runs import split_size, whole_batch_node
+from zmqdata._dataset.plans import DEALT_SPLIT_SIZE
 from zmqdata._dispatcher import events as ev
 from zmqdata._dispatcher import model
 from zmqdata._dispatcher.splits import Splits, answered_before
@@ -23,6 +26,7 @@ from zmqdata._wire import messages as m
 from zmqdata._wire.lineage import Ranges
 from zmqdata._wire.modes import ShardingPolicy
 
+SPLIT_SIZE = DEALT_SPLIT_SIZE
 OWNERS_SHOWN = 1024
 """The most split owners an ``IterationState`` lists (from the lowest unreleased)."""
 
@@ -35,6 +39,28 @@ def is_dealt(processing_mode: int, num_consumers: int | None, cardinality: int) 
     """
     dynamic = processing_mode == ShardingPolicy.DYNAMIC
     return dynamic and num_consumers is not None and cardinality != -1
+
+
+COUNT_PRESERVING = ("map", "prefetch", "cache", "snapshot")
+"""Ops that make one element of each, run on a split or on the whole source."""
+
+
+def epoch_elements(root: Node, cardinality: int) -> int:
+    """The elements of a dealt epoch of ``root`` if its ``cardinality`` says it (-1 if not).
+
+    Splits run alone, so ops that count across elements count per split; the
+    cardinality is the epoch's where every op on the main chain makes one
+    element of each, but the batch splits are cut to (``whole_batch``).
+
+    >>> import zmqdata as zd
+    >>> ds = zd.Dataset.range(100).map(abs).batch(8)
+    >>> epoch_elements(ds._node, 13), epoch_elements(ds.batch(2)._node, 7)
+    (13, -1)
+    """
+    whole = whole_batch_node(root)
+    chain = split_runs.main_chain(root)[:-1]  # the source makes the source's
+    exact = all(n.op in COUNT_PRESERVING or n is whole for n in chain)
+    return cardinality if exact and cardinality >= 0 else -1
 
 
 class _Ranges(Splits):
@@ -51,9 +77,7 @@ class _Ranges(Splits):
         return [lo, min(lo + self.size, self._length())]
 
 
-def splits_of(
-    dataset: model.Dataset, bounds: tuple[int, int] = DEALT_SPLIT_SIZE
-) -> Splits:
+def splits_of(dataset: model.Dataset, bounds: tuple[int, int] = SPLIT_SIZE) -> Splits:
     """A dealt job's splits: index ranges sized so that batches fill up.
 
     About ``SPLITS_PER_PASS`` of them, each of ``bounds`` source elements, a
@@ -68,11 +92,17 @@ def splits_of(
     return _Ranges(source, split_size(length, bounds, dataset.whole_batch))
 
 
-def state_of(iteration: model.Iteration, num_splits: int) -> dict[str, Any]:
-    """``IterationState.deal``: the epoch, its splits and who holds them."""
+def state_of(
+    iteration: model.Iteration, num_splits: int, elements: int = -1
+) -> dict[str, Any]:
+    """``IterationState.deal``: the epoch, its splits and who holds them.
+
+    ``elements``: the epoch's, where known (``epoch_elements``; -1 otherwise).
+    """
     owners = sorted(iteration.owners.items())[:OWNERS_SHOWN]
     return {
         "epoch": iteration.deal_epoch,
+        "elements": elements,
         "splits": num_splits,
         "start": iteration.deal_start,
         "stream": list(iteration.deal_stream),

@@ -48,6 +48,8 @@ class Dataset:
     """Multi-rank reads: splits are cut to a multiple of this (whole batches)."""
     snapshot: SnapshotTarget | None = None
     """Its ``snapshot`` (or ``cache``) before ``distribute``, if any."""
+    epoch_elements: int = -1
+    """Elements of a multi-rank epoch, where its cardinality says (``dealing.epoch_elements``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,8 @@ from zmqdata._dataset import fold, graph
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops import split_runs
 from zmqdata._dataset.ops.source import find_split_source
+from zmqdata._dispatcher import dealing, invariants, model, snapshot_saves
 from zmqdata._dispatcher import events as ev
-from zmqdata._dispatcher import invariants, model, snapshot_saves
 from zmqdata._wire.lineage import Ranges
 from zmqdata.errors import InvalidArgumentError
 
@@ -44,7 +44,8 @@ def derived(pipeline: bytes) -> dict[str, Any]:
 
     ``split_source``: its splittable source (or None); ``cardinality``: its
     cardinality; ``whole_batch``: the batch size multi-rank splits are cut to
-    (``split_runs.whole_batch``); ``snapshot``: its ``snapshot_saves.target_of``.
+    (``split_runs.whole_batch``); ``snapshot``: its ``snapshot_saves.target_of``;
+    ``epoch_elements``: a multi-rank epoch's size, if known.
     Functions are not loaded. Derived on
     registration and replay, never journaled.
     """
@@ -53,9 +54,11 @@ def derived(pipeline: bytes) -> dict[str, Any]:
         source: Node | None = find_split_source(root)
     except InvalidArgumentError:
         source = None
+    cardinality = fold.cardinality(root)
     return {
         "split_source": source,
-        "cardinality": fold.cardinality(root),
+        "cardinality": cardinality,
+        "epoch_elements": dealing.epoch_elements(root, cardinality),
         "whole_batch": split_runs.whole_batch(root),
         "snapshot": snapshot_saves.target_of(root),
     }

@@ -45,7 +45,14 @@ def dump(records: ClusterRecords) -> bytes:
         "format": FORMAT,
         "workers": [_row(w) for w in records.workers.values()],
         "datasets": [
-            _row(d, "split_source", "cardinality", "whole_batch", "snapshot")
+            _row(
+                d,
+                "split_source",
+                "cardinality",
+                "whole_batch",
+                "snapshot",
+                "epoch_elements",
+            )
             for d in records.datasets.values()
         ],
         "jobs": [_row(j) for j in records.jobs.values()],

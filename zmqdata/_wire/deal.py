@@ -28,15 +28,17 @@ dataset, the seed and R.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from zmqdata._wire.lineage import Ranges
-from zmqdata.errors import InvalidArgumentError
+from zmqdata.errors import FailedPreconditionError, InvalidArgumentError
 
 POSITION_FORMAT = "zmqdata.dealt_read/1"
 """Names a multi-rank read's saved position (``DealtPosition.to_state``)."""
@@ -143,6 +145,11 @@ class DealtPosition:
     consumed: int
     anchor: tuple[int, int]
     job: str = ""
+    ranks: int = 0
+    """How many consumers read the job (a merged position's ``num_consumers``
+    is 1); 0: ``num_consumers``."""
+    elements: int = -1
+    """Elements per epoch, where the dataset's cardinality says (-1: unknown)."""
 
     def next_index(self) -> int:
         """The dealt index this consumer takes next."""
@@ -161,6 +168,8 @@ class DealtPosition:
             "consumed": self.consumed,
             "anchor": list(self.anchor),
             "job": self.job,
+            "ranks": self.ranks,
+            "elements": self.elements,
         }
 
     @classmethod
@@ -183,6 +192,8 @@ class DealtPosition:
                 consumed=int(state["consumed"]),
                 anchor=(anchor[0], anchor[1]),
                 job=str(state.get("job", "")),
+                ranks=int(state.get("ranks", 0)),
+                elements=int(state.get("elements", -1)),
             )
         except (KeyError, IndexError, TypeError, ValueError) as error:
             raise InvalidArgumentError(
@@ -259,6 +270,7 @@ def merge(states: list[Any]) -> dict[str, Any]:
     merged = DealtPosition(
         first.dataset_id, first.epoch, first.seed, 1, 0,
         Stream(offset, consumed), 0, (ordinal, offset), first.job,
+        first.num_consumers, first.elements,
     )  # fmt: skip
     return merged.to_state()
 
@@ -302,6 +314,81 @@ def _consumed(
             token = stream.token_at(index)
             consumed.add(token, token + 1)
     return consumed
+
+
+EpochSize = Callable[[DealtPosition, int], "int | None"]
+"""``(position, limit)`` -> the elements of ``position``'s epoch, or None if
+more than ``limit`` (``advance`` asks where the dataset's size is unknown)."""
+
+
+def advance(
+    state: Any, elements: int, epoch_size: EpochSize | None = None
+) -> dict[str, Any]:
+    """A merged position (``merge``) ``elements`` further on, those elements skipped.
+
+    ``elements`` count in the job's global order (dealt tokens): restoring
+    the result deals what the uninterrupted run would have dealt after them,
+    on any number of consumers. Past the epoch's end the rest is skipped in
+    the next epoch: the uninterrupted run of ``ranks`` consumers deals an
+    epoch's elements in whole rounds, so the at most ``ranks - 1`` of a last
+    incomplete round count for nothing. The epoch's size comes from the
+    position (``elements``), else from ``epoch_size`` (None: unknown, refused
+    with ``FailedPreconditionError`` where the advance may reach the end).
+
+    >>> merged = merge([DealtPosition("7", 0, 3, 2, r, Stream(), 5, (0, 0), "",
+    ...     elements=24).to_state() for r in range(2)])
+    >>> after = DealtPosition.from_state(advance(merged, 6))
+    >>> after.epoch, after.stream.token_at(0)  # 10 consumed, 6 skipped
+    (0, 16)
+    >>> after = DealtPosition.from_state(advance(merged, 15))  # 14 dealt, then 1
+    >>> after.epoch, after.stream.token_at(0)
+    (1, 1)
+    """
+    position = DealtPosition.from_state(state)
+    if position.num_consumers != 1 or position.consumed:
+        raise InvalidArgumentError(
+            "advance_position takes service.merge_positions(states) of every "
+            f"consumer's save(), not one consumer's (consumer "
+            f"{position.consumer_index} of {position.num_consumers})"
+        )
+    if type(elements) is not int or elements < 0:
+        raise InvalidArgumentError(
+            f"advance_position elements must be an int >= 0, got {elements!r}"
+        )
+    ranks = position.ranks or 1
+    while True:
+        stream = position.stream
+        size = _epoch_size(position, stream.token_at(elements + ranks), epoch_size)
+        if size is not None:
+            left = stream.index_of(size)  # the epoch's tokens not dealt yet
+            dealt = left - left % ranks  # in whole rounds
+            if elements >= dealt:
+                elements -= dealt
+                position = dataclasses.replace(
+                    position, epoch=position.epoch + 1, stream=Stream(), anchor=(0, 0)
+                )
+                continue
+        skip = Ranges(stream.skip)
+        skip.add(stream.start, stream.token_at(elements))
+        return dataclasses.replace(
+            position, stream=Stream(stream.start, skip)
+        ).to_state()
+
+
+def _epoch_size(
+    position: DealtPosition, limit: int, epoch_size: EpochSize | None
+) -> int | None:
+    """The elements of ``position``'s epoch; None where more than ``limit``."""
+    if position.elements >= 0:
+        return position.elements
+    if epoch_size is None:
+        raise FailedPreconditionError(
+            "advance_position: the dataset's size is unknown (its cardinality "
+            "is: a filter, a pack, an interleave…), so where the epoch ends is "
+            "too; pass the dataset (advance_position(position, elements, "
+            "dataset)), whose splits it then counts as far as it needs"
+        )
+    return epoch_size(position, limit)
 
 
 def resume_of(state: Any) -> Resume:

@@ -13,7 +13,8 @@ splittable (``find_split_source``): mix ``distribute``d reads in the trainer,
 or mix on the workers under ``parallel_epochs`` or static sharding
 (docs/modes.md, Mixtures). The state holds each input's position (None once
 it ended) and the random generator's, so a restored mixture makes the same
-choices.
+choices; restored with other weights (or another choice dataset), each input
+goes on where it stood and the new ones apply (re-weighting on resume).
 
 >>> import zmqdata as zd
 >>> ds = zd.Dataset.sample_from_datasets(
@@ -25,6 +26,7 @@ choices.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import numbers
 import operator
@@ -33,7 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from zmqdata._dataset import fold, structure
+from zmqdata._dataset import fold, graph, structure
 from zmqdata._dataset.constants import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY
 from zmqdata._dataset.iterator import DatasetIterator, IterContext
 from zmqdata._dataset.node import Node, Op, make_iterator
@@ -194,6 +196,11 @@ class SampleFromDatasets(Op):
     def element_spec(self, node: Node, inputs: list[Any]) -> Any:
         return _common_spec(inputs)
 
+    def identity(self, node: Node, inputs: list[Node]) -> Node:
+        """Its inputs, seed and end rule: a restore may change the weights."""
+        args = {k: v for k, v in node.args.items() if k != "weights"}
+        return Node(node.op, args, tuple(inputs))
+
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         return _SampleIterator(node, ctx)
 
@@ -210,6 +217,10 @@ class ChooseFromDatasets(Op):
     def element_spec(self, node: Node, inputs: list[Any]) -> Any:
         return _common_spec(inputs[:-1])
 
+    def identity(self, node: Node, inputs: list[Node]) -> Node:
+        """Its inputs and end rule: a restore may change the choice dataset."""
+        return Node(node.op, node.args, tuple(inputs[:-1]))
+
     def iterator(self, node: Node, ctx: IterContext) -> DatasetIterator:
         return _ChooseIterator(node, ctx)
 
@@ -218,7 +229,15 @@ class ChooseFromDatasets(Op):
 
 
 class _MixIterator(DatasetIterator):
-    """Reads the input a subclass picks; an input that ends leaves or ends the mix."""
+    """Reads the input a subclass picks; an input that ends leaves or ends the mix.
+
+    Its state holds each input's position (None once it ended) and what a
+    restore must find as it was (``_fixed``: the kind of mixture, its end
+    rule, each input's ``data_fingerprint``). The weights or the choice
+    dataset may differ: each input goes on where it stood.
+    """
+
+    kind: str
 
     def __init__(self, node: Node, ctx: IterContext, inputs: Sequence[Node]) -> None:
         self._ctx, self._nodes = ctx, inputs
@@ -238,28 +257,39 @@ class _MixIterator(DatasetIterator):
         except StopIteration:
             source.close()
             self._inputs[index] = None
-            self._done = self._stop_on_empty or all(s is None for s in self._inputs)
+            self._done = self._ended()
             self._inputs_changed()
             return _ENDED
         self.lineage = source.lineage
         return element
 
+    def _ended(self) -> bool:
+        """Whether the inputs that ended end the mixture."""
+        ended = [source is None for source in self._inputs]
+        return all(ended) or (self._stop_on_empty and any(ended))
+
     def _inputs_changed(self) -> None:
         """An input ended, or a state was restored."""
 
-    def get_state(self) -> dict[str, Any]:
+    @functools.cached_property
+    def _sources(self) -> list[str | None]:
+        return [graph.data_fingerprint(node) for node in self._nodes]
+
+    def _fixed(self) -> dict[str, Any]:
+        """What a restored state must hold as this mixture does (its state holds it)."""
         return {
-            "inputs": [None if s is None else s.get_state() for s in self._inputs],
-            "done": self._done,
+            "mixture": self.kind,
+            "stop_on_empty_dataset": self._stop_on_empty,
+            "sources": self._sources,
         }
 
+    def get_state(self) -> dict[str, Any]:
+        inputs = [None if s is None else s.get_state() for s in self._inputs]
+        return {**self._fixed(), "inputs": inputs}
+
     def set_state(self, state: dict[str, Any]) -> None:
-        saved = state["inputs"]
-        if len(saved) != len(self._inputs):
-            raise InvalidArgumentError(
-                f"a state of a mixture of {len(saved)} inputs, not {len(self._inputs)}"
-            )
-        for index, position in enumerate(saved):
+        self._check(state)
+        for index, position in enumerate(state["inputs"]):
             source = self._inputs[index]
             if position is None:
                 if source is not None:
@@ -271,8 +301,40 @@ class _MixIterator(DatasetIterator):
                     self._nodes[index], self._ctx
                 )
             source.set_state(position)
-        self._done = bool(state["done"])
+        self._done = self._ended()
         self._inputs_changed()
+
+    def _check(self, state: Any) -> None:
+        """Raises ``InvalidArgumentError`` naming what differs from the saved mixture."""
+        saved = state if isinstance(state, dict) else {}
+        for name, mine in self._fixed().items():
+            if saved.get(name) != mine:
+                raise InvalidArgumentError(
+                    f"{self.kind}: {self._difference(name, saved.get(name), mine)}"
+                )
+
+    def _difference(self, name: str, saved: Any, mine: Any) -> str:
+        """What differs in ``name`` between the saved mixture and this one."""
+        if name == "mixture":
+            return f"the state is not one of a {mine} but of {saved or 'another op'}"
+        if name != "sources":
+            return f"the saved mixture has {name}={saved!r}, this one {name}={mine!r}"
+        saved = saved if isinstance(saved, list) else []
+        if len(saved) != len(mine):
+            left_out = (
+                " (inputs of weight 0 are left out)" if self.kind == SAMPLE else ""
+            )
+            return (
+                f"the saved mixture has {len(saved)} datasets, this one "
+                f"{len(mine)}{left_out}"
+            )
+        index = next(
+            i for i, (a, b) in enumerate(zip(saved, mine, strict=True)) if a != b
+        )
+        return (
+            f"datasets[{index}] is not the saved mixture's: its pipeline differs "
+            "(ops, arguments, functions or the service dataset it reads)"
+        )
 
     def close(self) -> None:
         for source in self._inputs:
@@ -287,10 +349,13 @@ class _SampleIterator(_MixIterator):
     is the generator's state before the current draw and how many were used.
     """
 
+    kind = SAMPLE
+
     def __init__(self, node: Node, ctx: IterContext) -> None:
         super().__init__(node, ctx, node.inputs)
         self._weights: list[float] = node.args["weights"]
-        self._rng = np.random.default_rng(node.args["seed"])  # None: a fresh one
+        self._seed: int | None = node.args["seed"]
+        self._rng = np.random.default_rng(self._seed)  # None: a fresh one
         self._draw()
         self._inputs_changed()
 
@@ -321,10 +386,14 @@ class _SampleIterator(_MixIterator):
                 return element
         raise StopIteration
 
+    def _fixed(self) -> dict[str, Any]:
+        return {**super()._fixed(), "seed": self._seed}
+
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "rng": self._drawn_from, "used": self._used}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Restores each input and the generator; this mixture's weights apply."""
         super().set_state(state)
         self._rng.bit_generator.state = state["rng"]
         self._draw()
@@ -334,9 +403,12 @@ class _SampleIterator(_MixIterator):
 class _ChooseIterator(_MixIterator):
     """Reads the input each element of the choice dataset names."""
 
+    kind = CHOOSE
+
     def __init__(self, node: Node, ctx: IterContext) -> None:
         super().__init__(node, ctx, node.inputs[:-1])
-        self._choice = make_iterator(node.inputs[-1], ctx)
+        self._choice_node = node.inputs[-1]
+        self._choice = make_iterator(self._choice_node, ctx)
 
     def __next__(self) -> Any:
         claimed = EMPTY  # the choices of inputs that had ended
@@ -368,12 +440,25 @@ class _ChooseIterator(_MixIterator):
             f"of the {count} datasets (an int from 0 to {count - 1})"
         )
 
+    @functools.cached_property
+    def _choice_source(self) -> str | None:
+        return graph.data_fingerprint(self._choice_node)
+
     def get_state(self) -> dict[str, Any]:
-        return {**super().get_state(), "choice": self._choice.get_state()}
+        choice = {
+            "choice": self._choice.get_state(),
+            "choice_source": self._choice_source,
+        }
+        return {**super().get_state(), **choice}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Restores each input; the saved choice dataset's position, or another's start."""
         super().set_state(state)
-        self._choice.set_state(state["choice"])
+        if state.get("choice_source") == self._choice_source:
+            self._choice.set_state(state["choice"])
+        else:  # another choice dataset: its choices apply from its first
+            self._choice.close()
+            self._choice = make_iterator(self._choice_node, self._ctx)
 
     def close(self) -> None:
         super().close()

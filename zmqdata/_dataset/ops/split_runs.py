@@ -59,10 +59,6 @@ from zmqdata.errors import InvalidArgumentError
 ENDLESS = -1
 SPLITS_PER_PASS = 64
 """About how many splits a pass of a source is cut into."""
-DEALT_SPLIT_SIZE = (1, 4096)
-"""Elements per split of a multi-rank (dealt) job: about ``SPLITS_PER_PASS``
-splits, within these bounds. Larger than first-come reads' (256): each split
-costs a fresh pipeline iterator and, per consumer, a request for its share of it."""
 WHOLE_DATASET_OPS = ("repeat", "take", "skip", "shard", "enumerate")
 """Ops that count elements across the whole dataset: run per split, they
 would act on each split instead."""
