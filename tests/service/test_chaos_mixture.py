@@ -1,5 +1,10 @@
 """Chaos: a weighted mixture of three sources, packed, reads every token once.
 
+The second test saves the packed mixture mid-read, after a worker was killed,
+and restores it into the same pipeline with other weights while another
+worker is killed: the rows before the save and after the restore hold every
+token once, and the new weights show in what the resumed read draws.
+
 Every process but the trainer is real: a fault-tolerant ``zmqdata dispatcher``
 and three ``zmqdata worker`` daemons. Three sources of variable-length token
 sequences (every token id unique across them) are each read exactly once from
@@ -48,6 +53,25 @@ def tokens_of(row: dict[str, np.ndarray[Any, Any]]) -> list[int]:
     return row["tokens"][row["segment_ids"] > 0].tolist()
 
 
+def packed_mixture(
+    cluster: Cluster,
+    lengths: list[np.ndarray[Any, Any]],
+    weights: list[float],
+    seed: int,
+) -> zd.Dataset:
+    """The three sources, each read from the service, mixed by ``weights`` and packed."""
+    firsts = np.concatenate([[0], np.cumsum([part.sum() for part in lengths])])
+    reads = [
+        source(part, int(first)).apply(
+            service.distribute(
+                "distributed_epoch", cluster.target, max_outstanding_requests=2
+            )
+        )
+        for part, first in zip(lengths, firsts[:-1], strict=True)
+    ]
+    return zd.Dataset.sample_from_datasets(reads, weights, seed=seed).pack(LENGTH)
+
+
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_a_packed_mixture_reads_every_token_once_when_a_worker_dies(
     tmp_path: Path, trial: int
@@ -58,18 +82,7 @@ def test_a_packed_mixture_reads_every_token_once_when_a_worker_dies(
     total = int(sum(part.sum() for part in lengths))
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
-        firsts = np.concatenate([[0], np.cumsum([part.sum() for part in lengths])])
-        reads = [
-            source(part, int(first)).apply(
-                service.distribute(
-                    "distributed_epoch", cluster.target, max_outstanding_requests=2
-                )
-            )
-            for part, first in zip(lengths, firsts[:-1], strict=True)
-        ]
-        packed = zd.Dataset.sample_from_datasets(reads, WEIGHTS, seed=trial).pack(
-            LENGTH
-        )
+        packed = packed_mixture(cluster, lengths, WEIGHTS, trial)
         at = rng.randrange(1, total // LENGTH)
 
         def read() -> list[int]:
@@ -82,3 +95,43 @@ def test_a_packed_mixture_reads_every_token_once_when_a_worker_dies(
         cluster.settled()
     assert len(got) == total, (len(got), total)
     assert sorted(got) == list(range(total)), f"worker killed at row {at}"
+
+
+@pytest.mark.parametrize("trial", range(TRIALS))
+def test_a_mixture_restored_with_new_weights_reads_every_token_once_through_kills(
+    tmp_path: Path, trial: int
+) -> None:
+    rng = random.Random(SEED + 100 + trial)
+    draw = np.random.default_rng(SEED + 100 + trial)
+    lengths = [draw.integers(1, LENGTH + 1, size=n) for n in SEQUENCES]
+    total = int(sum(part.sum() for part in lengths))
+    firsts = np.cumsum([0] + [int(part.sum()) for part in lengths])
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        at = rng.randrange(total // LENGTH // 4, total // LENGTH // 2)
+
+        def before() -> tuple[list[int], bytes]:
+            with iter(packed_mixture(cluster, lengths, WEIGHTS, trial)) as rows:
+                got = [t for _ in range(at // 2) for t in tokens_of(next(rows))]
+                cluster.kill_worker(rng)
+                got += [t for _ in range(at - at // 2) for t in tokens_of(next(rows))]
+                return got, rows.save()
+
+        got, state = within(READ_DEADLINE_S, before, f"saved at row {at}")
+        reweighted = packed_mixture(cluster, lengths, [0.1, 0.1, 0.8], trial)
+
+        def after() -> list[int]:
+            with iter(reweighted) as rows:
+                rows.restore(state)
+                first = tokens_of(next(rows))
+                cluster.kill_worker(rng)
+                return first + [t for row in rows for t in tokens_of(row)]
+
+        rest = within(READ_DEADLINE_S, after, "restored with new weights")
+        cluster.settled()
+    assert sorted(got + rest) == list(range(total)), f"saved at row {at}"
+    # Source 2 (weight 0.8 now) runs out first: its share of the first resumed
+    # rows is above the 0.2 it had before the save.
+    head = rest[: len(rest) // 4]
+    share = sum(firsts[2] <= t < firsts[3] for t in head) / len(head)
+    assert share > 0.4, share
