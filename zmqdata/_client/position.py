@@ -209,6 +209,8 @@ class DealtProgress:
         self._taken = 0
         self._anchor = (int(info.get("start", 0)), int(info.get("stream", [0])[0]))
         self._consumed = 0
+        self._fixed: tuple[ReadOptions, dict[str, Any]] | None = None
+        """The read's options, and what every state of this iteration says alike."""
 
     def iteration(
         self, job_id: int, repetition: int, resume: list[int] | None
@@ -246,7 +248,23 @@ class DealtProgress:
         return self._anchor
 
     def state(self, options: ReadOptions, unconsumed: int) -> dict[str, Any]:
-        """This consumer's position (``get_state``): what it handed out."""
+        """This consumer's position (``get_state``): what it handed out.
+
+        What the iteration's states say alike is made once (a per-step
+        ``get_state``, as ``LineageLog`` takes, costs a dict copy).
+        """
+        if self._fixed is None or self._fixed[0] is not options:
+            self._fixed = (options, self._position(options))
+        fixed = self._fixed[1]
+        return {
+            **fixed,
+            "stream": list(fixed["stream"]),
+            "consumed": self._consumed,
+            "anchor": list(self._last_anchor()),
+        }
+
+    def _position(self, options: ReadOptions) -> dict[str, Any]:
+        """This iteration's position as a state, before any element."""
         assert options.num_consumers is not None
         assert options.consumer_index is not None
         stream = [int(v) for v in self._info.get("stream", [0])]
@@ -257,8 +275,8 @@ class DealtProgress:
             num_consumers=options.num_consumers,
             consumer_index=options.consumer_index,
             stream=deal.Stream(stream[0], Ranges(stream[1:])),
-            consumed=self._consumed,
-            anchor=self._last_anchor(),
+            consumed=0,
+            anchor=(0, 0),
             job=options.job_name or "",
             elements=int(self._info.get("elements", -1)),
         ).to_state()
