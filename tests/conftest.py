@@ -21,7 +21,8 @@ from zmq.utils.garbage import GarbageCollectorThread
 
 from tests import exclusive
 from tests.helpers import poll_for
-from tests.service.cluster import Cluster
+from tests.ranks import Ranks
+from tests.service.cluster import Cluster, free_port
 from tests.service.validated import INVALID
 from zmqdata._dispatcher.server import VALIDATE_ENV
 
@@ -48,6 +49,27 @@ def cluster() -> Iterator[Callable[..., Cluster]]:
     yield make
     for each in reversed(made):
         each.stop()
+
+
+@pytest.fixture
+def ddp_run() -> Iterator[Callable[..., Ranks]]:
+    """``run(out, world_size, entry, **config)``: a DDP run's ranks (``tests/ranks.py``).
+
+    Each run gets a free master port on loopback and is waited for (its
+    ranks must exit 0); every run still alive after the test is killed.
+    """
+    started: list[Ranks] = []
+
+    def run(out: Any, world_size: int, entry: str, **config: Any) -> Ranks:
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+        ranks = Ranks(out, world_size, entry, env, **config)
+        started.append(ranks)
+        ranks.wait()
+        return ranks
+
+    yield run
+    for ranks in started:
+        ranks.kill()
 
 
 @pytest.fixture

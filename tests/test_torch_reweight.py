@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.ranks import Ranks
-from tests.service.cluster import Cluster, free_port
+from tests.service.cluster import Cluster
 from tests.service.test_reweight_service import (
     BATCH,
     FIRST_RECORD,
@@ -42,7 +42,10 @@ import zmqdata.torch as zt  # after the skip: needs torch
 
 SAVE_AT, READ_ON = 30, 3
 """The first run checkpoints at step 30 and reads 3 more steps (they come again)."""
-RUNNING: list[Ranks] = []
+
+
+ENTRY = "tests.test_torch_reweight:rank_main"
+"""Each rank runs ``rank_main``."""
 
 
 def rank_main(config: dict[str, Any]) -> None:
@@ -86,15 +89,6 @@ def rank_main(config: dict[str, Any]) -> None:
     distributed.destroy_process_group()
 
 
-def run(out: Path, world_size: int, **config: Any) -> Ranks:
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    entry = "tests.test_torch_reweight:rank_main"
-    ranks = Ranks(out, world_size, entry, env, **config)
-    RUNNING.append(ranks)
-    ranks.wait()
-    return ranks
-
-
 def steps_of(ranks: Ranks) -> list[dict[int, list[int]]]:
     """Each rank's elements per step."""
     streams = []
@@ -105,28 +99,23 @@ def steps_of(ranks: Ranks) -> list[dict[int, list[int]]]:
     return streams
 
 
-@pytest.fixture(autouse=True)
-def _no_run_left() -> Iterator[None]:
-    yield
-    while RUNNING:
-        RUNNING.pop().kill()
-
-
 @pytest.mark.timeout(60)
 def test_a_gathered_checkpoint_resumes_on_three_ranks_with_new_weights(
-    cluster: Callable[..., Cluster], tmp_path: Path
+    cluster: Callable[..., Cluster],
+    ddp_run: Callable[..., Ranks],
+    tmp_path: Path,
 ) -> None:
     sources = {
         "target": cluster(num_workers=2).target,
         "files": write_sources(tmp_path),
     }
-    first = run(
-        tmp_path / "first", 2, **sources, weights=SAVED_WEIGHTS, job="ddp-first",
+    first = ddp_run(
+        tmp_path / "first", 2, ENTRY, **sources, weights=SAVED_WEIGHTS, job="ddp-first",
         save_at=SAVE_AT, stop_at=SAVE_AT + READ_ON,
     )  # fmt: skip
     checkpoint = str(first.out / "checkpoint.pt")
-    resumed = run(
-        tmp_path / "resumed", 3, **sources, weights=NEW_WEIGHTS, job="ddp-resumed",
+    resumed = ddp_run(
+        tmp_path / "resumed", 3, ENTRY, **sources, weights=NEW_WEIGHTS, job="ddp-resumed",
         resume=checkpoint,
     )  # fmt: skip
     steps = {json.loads((resumed.out / f"rank{r}.json").read_text())["steps"]

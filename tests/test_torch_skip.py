@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ import pytest
 
 import zmqdata as zd
 from tests.ranks import Ranks
-from tests.service.cluster import Cluster, free_port
+from tests.service.cluster import Cluster
 from zmqdata import service
 
 torch = pytest.importorskip("torch")
@@ -31,7 +31,10 @@ import zmqdata.torch as zt  # after the skip: needs torch
 
 ELEMENTS, BATCH, SEED = 2_400, 8, 11
 SAVE_AT, SKIP = 20, 7
-RUNNING: list[Ranks] = []
+
+
+ENTRY = "tests.test_torch_skip:rank_main"
+"""Each rank runs ``rank_main``."""
 
 
 def rank_main(config: dict[str, Any]) -> None:
@@ -77,14 +80,6 @@ def rank_main(config: dict[str, Any]) -> None:
     distributed.destroy_process_group()
 
 
-def run(out: Path, world_size: int, **config: Any) -> Ranks:
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    ranks = Ranks(out, world_size, "tests.test_torch_skip:rank_main", env, **config)
-    RUNNING.append(ranks)
-    ranks.wait()
-    return ranks
-
-
 def global_order(ranks: Ranks) -> list[str]:
     """The run's batches step by step, rank by rank (the job's global order)."""
     streams = [
@@ -95,21 +90,18 @@ def global_order(ranks: Ranks) -> list[str]:
     return [batch for step in zip(*streams, strict=True) for batch in step]
 
 
-@pytest.fixture(autouse=True)
-def _no_run_left() -> Iterator[None]:
-    yield
-    while RUNNING:
-        RUNNING.pop().kill()
-
-
 @pytest.mark.timeout(60)
 def test_skipped_steps_of_a_ddp_checkpoint_never_come_and_the_rest_follows(
-    cluster: Callable[..., Cluster], tmp_path: Path
+    cluster: Callable[..., Cluster],
+    ddp_run: Callable[..., Ranks],
+    tmp_path: Path,
 ) -> None:
     target = cluster(num_workers=2).target
-    first = run(tmp_path / "first", 2, target=target, job="skip-first", save_at=SAVE_AT)
-    resumed = run(
-        tmp_path / "resumed", 3, target=target, job="skip-resumed",
+    first = ddp_run(
+        tmp_path / "first", 2, ENTRY, target=target, job="skip-first", save_at=SAVE_AT
+    )
+    resumed = ddp_run(
+        tmp_path / "resumed", 3, ENTRY, target=target, job="skip-resumed",
         resume=str(first.out / "checkpoint.pt"), skip=SKIP,
     )  # fmt: skip
     reference, after = global_order(first), global_order(resumed)

@@ -10,20 +10,14 @@ dataset of unknown size needs the dataset, whose splits it counts.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.service.test_multirank import (
     BATCHED,
     FILTERED,
-    Opened,
     dealt,
     fresh,
     interleaved,
-    key,
-    on_ranks,
-    rank_dataset,
     reference,
     restore,
     save_at,
@@ -56,15 +50,7 @@ def test_an_advance_past_the_epochs_end_continues_in_the_next_epoch(shared):  # 
     ds, R, step = BATCHED, 2, 50  # 100 of 125 read; 25 left: 24 dealt, 1 not
     _, states = save_at(shared.target, ds, R, step, 6, fresh("cross"))
     advanced = service.advance_position(service.merge_positions(states), 24 + 10)
-    name = fresh("cross-restore")
-
-    def body(r: int, opened: Opened) -> list[list[Any]]:
-        dataset = rank_dataset(shared.target, ds, R, r, name, 6)
-        with opened(dataset) as iterator:
-            iterator.restore(advanced)
-            return [key(x) for x in iterator]
-
-    resumed = on_ranks(R, body)
+    resumed = restore(shared.target, ds, R, advanced, 6, fresh("cross-restore"))
     next_epoch = reference(ds, 6, epoch=1)
     assert interleaved(resumed) == next_epoch[10 : 10 + R * len(resumed[0])]
     assert len(next_epoch) - 10 - R * len(resumed[0]) < R
@@ -78,15 +64,7 @@ def test_a_dataset_of_unknown_size_is_counted_when_given(shared):  # noqa: F811
         service.advance_position(merged, 5)
     left = len(reference(ds, 3)) - R * step
     advanced = service.advance_position(merged, left + 10, ds)  # into epoch 1
-    name = fresh("filtered-restore")
-
-    def body(r: int, opened: Opened) -> list[Any]:
-        dataset = rank_dataset(shared.target, ds, R, r, name, 3)
-        with opened(dataset) as iterator:
-            iterator.restore(advanced)
-            return [key(x) for x in iterator]
-
-    resumed = on_ranks(R, body)
+    resumed = restore(shared.target, ds, R, advanced, 3, fresh("filtered-restore"))
     next_epoch = reference(ds, 3, epoch=1)
     assert interleaved(resumed) == next_epoch[10 : 10 + R * len(resumed[0])]
 

@@ -344,13 +344,7 @@ def advance(
     >>> after.epoch, after.stream.token_at(0)
     (1, 1)
     """
-    position = DealtPosition.from_state(state)
-    if position.num_consumers != 1 or position.consumed:
-        raise InvalidArgumentError(
-            "advance_position takes service.merge_positions(states) of every "
-            f"consumer's save(), not one consumer's (consumer "
-            f"{position.consumer_index} of {position.num_consumers})"
-        )
+    position = _merged(state, "advance_position takes")
     if type(elements) is not int or elements < 0:
         raise InvalidArgumentError(
             f"advance_position elements must be an int >= 0, got {elements!r}"
@@ -391,15 +385,21 @@ def _epoch_size(
     return epoch_size(position, limit)
 
 
-def resume_of(state: Any) -> Resume:
-    """Where a merged position (``merge``) resumes."""
+def _merged(state: Any, what: str) -> DealtPosition:
+    """The merged position ``state``; ``InvalidArgumentError`` for one consumer's."""
     position = DealtPosition.from_state(state)
     if position.num_consumers != 1 or position.consumed:
         raise InvalidArgumentError(
-            "restore a multi-rank read from service.merge_positions(states) of "
-            f"every consumer's save(), not from one consumer's (consumer "
-            f"{position.consumer_index} of {position.num_consumers})"
+            f"{what} service.merge_positions(states) of every consumer's save(), "
+            f"not one consumer's (consumer {position.consumer_index} of "
+            f"{position.num_consumers})"
         )
+    return position
+
+
+def resume_of(state: Any) -> Resume:
+    """Where a merged position (``merge``) resumes."""
+    position = _merged(state, "restore a multi-rank read from")
     return Resume(position.epoch, position.anchor[0], position.stream)
 
 
