@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,43 @@ class Ranks:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
+
+
+def ddp_steps(
+    source: Any, config: dict[str, Any], line: Callable[[int, Any], str]
+) -> tuple[int, bool]:
+    """Reads ``source`` (a ``zmqdata.torch.IterableDataset``) in DDP steps, on one rank.
+
+    Every step is a collective (an ``all_reduce`` of whether the rank has a
+    batch: all ranks take one, or none). Each step's ``line(step, batch)`` goes
+    to ``rank{r}.stream``; at ``config["save_at"]`` the ranks checkpoint
+    (``gather_state_dict``; rank 0 writes ``checkpoint.pt``); at
+    ``config["stop_at"]`` they stop. Returns the steps taken and whether every
+    rank ran out at the same step.
+    """
+    import torch
+
+    import zmqdata.torch as zt
+
+    rank, world_size = config["rank"], config["world_size"]
+    out = Path(config["out"])
+    distributed = torch.distributed
+    loader = iter(torch.utils.data.DataLoader(source, batch_size=None))
+    step, equal = 0, True
+    with open(out / f"rank{rank}.stream", "w") as stream:
+        while step != config.get("stop_at"):
+            batch = next(loader, None)
+            has = torch.tensor([0 if batch is None else 1])
+            distributed.all_reduce(has)  # a step's collective: all ranks or none
+            if has.item() != world_size:
+                equal = has.item() == 0
+                break
+            step += 1
+            stream.write(line(step, batch) + "\n")
+            if step == config.get("save_at"):
+                state = zt.gather_state_dict(source)
+                if rank == 0:
+                    torch.save(state, out / "checkpoint.tmp")
+                    os.replace(out / "checkpoint.tmp", out / "checkpoint.pt")
+                distributed.barrier()
+    return step, equal

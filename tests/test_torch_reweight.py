@@ -13,7 +13,6 @@ source, every rank of a run takes the same steps, the new weights apply.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.ranks import Ranks
+from tests.ranks import Ranks, ddp_steps
 from tests.service.cluster import Cluster
 from tests.service.test_reweight_service import (
     BATCH,
@@ -66,25 +65,11 @@ def rank_main(config: dict[str, Any]) -> None:
     source = zt.IterableDataset(ds)
     if config.get("resume"):
         source.load_state_dict(torch.load(config["resume"]))
-    loader = iter(torch.utils.data.DataLoader(source, batch_size=None))
-    step, equal = 0, True
-    with open(out / f"rank{rank}.stream", "w") as stream:
-        while step != config.get("stop_at"):
-            batch = next(loader, None)
-            has = torch.tensor([0 if batch is None else 1])
-            distributed.all_reduce(has)  # a step's collective: all ranks or none
-            if has.item() != world_size:
-                equal = has.item() == 0
-                break
-            assert batch is not None
-            step += 1
-            stream.write(f"{step}: {','.join(map(str, batch.tolist()))}\n")
-            if step == config.get("save_at"):
-                state = zt.gather_state_dict(source)
-                if rank == 0:
-                    torch.save(state, out / "checkpoint.tmp")
-                    os.replace(out / "checkpoint.tmp", out / "checkpoint.pt")
-                distributed.barrier()
+    step, equal = ddp_steps(
+        source,
+        config,
+        lambda step, batch: f"{step}: {','.join(map(str, batch.tolist()))}",
+    )
     (out / f"rank{rank}.json").write_text(json.dumps({"steps": step, "equal": equal}))
     distributed.destroy_process_group()
 

@@ -12,7 +12,6 @@ and none of the skipped batches.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 import zmqdata as zd
-from tests.ranks import Ranks
+from tests.ranks import Ranks, ddp_steps
 from tests.service.cluster import Cluster
 from zmqdata import service
 
@@ -58,24 +57,9 @@ def rank_main(config: dict[str, Any]) -> None:
     if config.get("resume"):
         checkpoint = torch.load(config["resume"])
         source.load_state_dict(zt.skip_steps(checkpoint, config["skip"]))
-    loader = iter(torch.utils.data.DataLoader(source, batch_size=None))
-    step = 0
-    with open(out / f"rank{rank}.stream", "w") as stream:
-        while True:
-            batch = next(loader, None)
-            has = torch.tensor([0 if batch is None else 1])
-            distributed.all_reduce(has)  # a step's collective: all ranks or none
-            if has.item() != world_size:
-                break
-            assert batch is not None
-            step += 1
-            stream.write(f"{','.join(map(str, batch.tolist()))}\n")
-            if step == config.get("save_at"):
-                state = zt.gather_state_dict(source)
-                if rank == 0:
-                    torch.save(state, out / "checkpoint.tmp")
-                    os.replace(out / "checkpoint.tmp", out / "checkpoint.pt")
-                distributed.barrier()
+    step, _ = ddp_steps(
+        source, config, lambda step, batch: ",".join(map(str, batch.tolist()))
+    )
     (out / f"rank{rank}.json").write_text(json.dumps({"steps": step}))
     distributed.destroy_process_group()
 
