@@ -66,7 +66,7 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
     try:
         sock.connect(target)
         for wait in attempts(deadline, backoff):
-            sock.send(peer.encode(request, time.monotonic()))
+            _send(sock, peer.encode(request, time.monotonic()))
             wait = _sooner(wait, first_contact)
             reply = _wait_for_reply(sock, monitor, poller, wait, target, request, peer)
             if reply is not None:
@@ -106,6 +106,19 @@ def call(target: str, request: m.Message, reply_type: type[R], timeout_s: float)
     finally:
         auth.close_monitor(sock, monitor)
         sock.close(linger=0)
+
+
+def _send(sock: zmq.Socket[Any], data: bytes) -> None:
+    """Queues ``data`` if the socket can take it now; never waits.
+
+    A DEALER with no connection to queue on (its handshake failed and it does
+    not reconnect) would block a send for ever: the wait for the reply that
+    follows says why instead (the handshake's failure, or the deadline).
+    """
+    try:
+        sock.send(data, zmq.NOBLOCK)
+    except zmq.Again:
+        logger.debug("nothing to send on yet (no connection)")
 
 
 def _wait_for_reply(
