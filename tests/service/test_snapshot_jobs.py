@@ -288,3 +288,28 @@ def test_under_parallel_epochs_each_worker_keeps_it_as_a_local_pass_does(
         got += [int(e["x"][0]) for e in it]
     assert sorted(got) == sorted(list(range(20)) * 3)
     assert sum(CALLS.values()) == 20  # the worker's later epochs read what it kept
+
+
+def big(x: Any) -> Any:
+    return np.full(4_096, x, np.int32)  # 16 KiB
+
+
+def test_a_full_disk_fails_the_snapshot_and_the_read_goes_on(
+    cluster: Callable[..., Cluster], tmp_path: Path
+):
+    from tests.dataset.test_snapshot import mounted_tmpfs
+
+    target = cluster(num_workers=2).target
+    folder = tmp_path / "small"
+    with mounted_tmpfs(folder, "size=256k"):  # 300 elements of 16 KiB do not fit
+        ds = zd.Dataset.range(300).map(big).snapshot(str(folder))
+        assert sorted(int(e[0]) for e in read(ds, target)) == list(range(300))
+        [save] = [
+            s
+            for s in service.get_status(target)["saves"]
+            if s["path"].startswith(str(folder))
+        ]
+        assert save["state"] == "failed"
+        assert "could not write a chunk" in save["error"]
+        assert "No space left" in save["error"] or "full" in save["error"]
+        assert not (Path(save["path"]) / "manifest.json").exists()

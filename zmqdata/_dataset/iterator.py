@@ -126,12 +126,14 @@ class SplitChunk:
     split's elements, read them and run none of the ops before it. ``None``:
     run them, and write the split's chunk if the run makes the whole split;
     ``written`` reports a committed chunk as ``[ordinal, name, elements,
-    bytes, crc32]`` (``_dataset/ops/cache_chunks.py``).
+    bytes, crc32]``, ``failed`` why one could not be written
+    (``_dataset/ops/cache_chunks.py``).
     """
 
     ordinal: int
     chunk: list[Any] | None
     written: Callable[[list[Any]], None]
+    failed: Callable[[str], None]
 
 
 @dataclass

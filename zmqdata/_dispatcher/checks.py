@@ -198,6 +198,11 @@ def _get_split(msg: m.GetSplit, config: DispatcherConfig) -> None:
             f"get_split.counts: expected [ordinal, count, ...], got {counts!r:.100}"
         )
     _check_chunks(msg.TYPE, msg.chunks)
+    if len(msg.chunk_failed) > MAX_ERROR_CHARS:
+        raise InvalidArgumentError(
+            f"get_split.chunk_failed: at most {MAX_ERROR_CHARS} characters, "
+            f"got {len(msg.chunk_failed)}"
+        )
 
 
 def _client_heartbeat(msg: m.ClientHeartbeat, config: DispatcherConfig) -> None:

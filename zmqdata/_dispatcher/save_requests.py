@@ -156,6 +156,12 @@ def _finish_if_complete(state: DispatcherState, save: model.Save) -> bool:
     return True
 
 
+def fail(state: DispatcherState, save: model.Save, error: str) -> None:
+    """Ends ``save`` with ``error`` (a snapshot's writer could not write a chunk)."""
+    if not save.ended:
+        _end_save(state, save, error)
+
+
 def _end_save(state: DispatcherState, save: model.Save, error: str) -> None:
     state.apply(ev.SaveEnded(save.save_id, error))
     state.save_runs.forget(save.save_id)

@@ -203,16 +203,23 @@ def _finished_chunks(
     return [[c["name"], c["elements"], c["bytes"], c["crc32"]] for c in chunks]
 
 
-def took(
-    state: DispatcherState, dataset: model.Dataset, chunks: list[list[Any]]
-) -> None:
-    """The chunks a task reports committed: the first of each split is listed."""
+def took(state: DispatcherState, dataset: model.Dataset, msg: m.GetSplit) -> None:
+    """What a task's snapshot writes did: the first chunk of each split is listed.
+
+    A chunk it could not write fails the save with the reason: the job reads
+    on without writing, and the next job opens a new save.
+    """
     from zmqdata._dispatcher import save_requests
 
     target = dataset.snapshot
     save = None if target is None else save_of(state.records, target)
-    if save is not None and chunks:
-        save_requests.take_chunks(state, save, chunks)
+    if save is None or not (msg.chunks or msg.chunk_failed):
+        return
+    if msg.chunk_failed:
+        error = f"a worker could not write a chunk: {msg.chunk_failed}"
+        save_requests.fail(state, save, error)
+    else:
+        save_requests.take_chunks(state, save, msg.chunks)
 
 
 def words(
@@ -236,19 +243,34 @@ def status(
 ) -> dict[str, Any] | None:
     """A job's ``"snapshot"`` status: its folder, writing or reading, chunks written.
 
-    None for a job over no snapshot, or one that does not write it (every
-    worker of a ``parallel_epochs`` job runs the op as a local pass does).
+    ``"failed"`` (with its ``"error"``) where a worker could not write a
+    chunk: the job reads on without writing. None for a job over no
+    snapshot, or one that does not write it (every worker of a
+    ``parallel_epochs`` job runs the op as a local pass does).
     """
     target = dataset.snapshot
     dynamic = job.processing_mode == ShardingPolicy.DYNAMIC
     if target is None or not target.directory or not dynamic:
         return None
-    save = save_of(records, target)
-    written = 0 if save is None else len(save.chunks)
-    total = None if save is None else save.num_splits
-    return {
+    save = save_of(records, target) or _latest(records, target)
+    said: dict[str, Any] = {
         "path": target.directory,
-        "state": "reading" if save is not None and save.ended else "writing",
-        "written": written,
-        "total": total,
+        "state": "writing",
+        "written": 0 if save is None else len(save.chunks),
+        "total": None if save is None else save.num_splits,
     }
+    if save is not None and save.ended:
+        said["state"] = "failed" if save.error else "reading"
+    if save is not None and save.error:
+        said["error"] = save.error
+    return said
+
+
+def _latest(records: ClusterRecords, target: model.SnapshotTarget) -> model.Save | None:
+    """The latest save of ``target``'s folder, failed ones included."""
+    saves = [
+        save
+        for save in records.saves.values()
+        if save.by_jobs and save.path == target.directory
+    ]
+    return saves[-1] if saves else None

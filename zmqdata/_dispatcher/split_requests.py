@@ -49,7 +49,7 @@ def get_split(
     dataset = records.datasets[job.dataset_id]
     if task.worker_id in records.workers:  # its task asking: it lives
         state.liveness.heard_worker(task.worker_id, now)
-    snapshot_saves.took(state, dataset, msg.chunks)
+    snapshot_saves.took(state, dataset, msg)
     if job.dealt:
         reply = _deal_split(state, dataset, job, iteration, task, msg)
     else:

@@ -158,6 +158,7 @@ ADDED_IN: dict[str, int] = {
     "get_split.empty_pass": 6,
     "get_split_reply.exhausted": 6,
     "get_split.chunks": 6,
+    "get_split.chunk_failed": 6,
     "get_split_reply.chunks": 6,
     "get_dataset_info.pipeline": 6,
     "get_dataset_info_reply.pipeline": 6,

@@ -118,6 +118,9 @@ class GetSplit(Message):
     chunks: list[list[Any]] = field(default_factory=list)
     """Under a ``snapshot``: ``[ordinal, name, elements, bytes, crc32]`` of
     each chunk this task committed since its last request."""
+    chunk_failed: str = ""
+    """Under a ``snapshot``: why this task could not write a chunk (the
+    snapshot's save fails with it)."""
 
 
 @dataclass(slots=True, kw_only=True)

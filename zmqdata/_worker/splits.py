@@ -39,6 +39,8 @@ dies loses is what it holds (docs/reliability.md), so it holds the split in
 progress and at most 12 more (4 left when it asks ahead for 8), not batches
 sized for round trips; 8 keep a worker of one-file splits (images) busy
 through a split request's round trip (2 starved it)."""
+MAX_FAILED_CHARS = 1_000
+"""The most of a chunk's write failure a split request carries."""
 ASK_AGAIN_MAX_S = 0.05
 """A split reply with nothing and no end (keys of a lost task wait for their
 fence; a resumed read's splits already done were passed over) is asked again
@@ -108,6 +110,8 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
         self._counts: list[int] = []
         self._written: list[list[Any]] = []
         """Under a snapshot: chunks committed, told with the next request."""
+        self._failed = ""
+        """Under a snapshot: why a chunk could not be written (told once)."""
         self.released = 0
         """Dealt: every consumer is past the splits below this ordinal."""
         self._draining = threading.Event() if draining is None else draining
@@ -149,8 +153,8 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             raise Cancelled  # (splits asked for ahead are made first)
         if self._ended is not None:
             self._behind, self._ended = self._ended, None
-            if not self._written:
-                return None  # (chunks written are told with one more request)
+            if not (self._written or self._failed):
+                return None  # (what the snapshot's writes did: one more request)
         profile = self.profile
         if profile is None or not profile.timing:
             self._fetch()
@@ -256,16 +260,23 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
 
     def _chunk(self, word: list[Any]) -> SplitChunk:
         """The snapshot's word on a split: its chunk to read, or one to write."""
-        return SplitChunk(word[0], word[1:] or None, self._note_written)
+        return SplitChunk(
+            word[0], word[1:] or None, self._note_written, self._note_failed
+        )
 
     def _note_written(self, chunk: list[Any]) -> None:
         """A chunk committed: told with the next request."""
         self._written.append(chunk)
 
+    def _note_failed(self, why: str) -> None:
+        """A chunk could not be written: told with the next request."""
+        self._failed = why[:MAX_FAILED_CHARS]
+
     def _request(self, left: int = 0) -> m.GetSplit:
         """The next split request (``left``: splits still queued as it is sent)."""
         self._request_id += 1
         self.asked_at = time.monotonic()
+        chunks, failed = self._take_reports()
         return m.GetSplit(
             request_id=self._request_id,
             iteration_id=self._iteration_id,
@@ -274,13 +285,18 @@ class RemoteSplitProvider(DispatcherRequests, SplitProvider):
             max_splits=self._max_splits(left),
             counts=self._counts,
             empty_pass=self._empty_pass,
-            chunks=self._take_written(),
+            chunks=chunks,
+            chunk_failed=failed,
         )
 
-    def _take_written(self) -> list[list[Any]]:
-        """The chunks committed since the last request (it carries them, retried too)."""
-        written, self._written = self._written, []
-        return written
+    def _take_reports(self) -> tuple[list[list[Any]], str]:
+        """The chunks committed since the last request, and why one failed if one did.
+
+        The request carries them (a retry too).
+        """
+        reports = self._written, self._failed
+        self._written, self._failed = [], ""
+        return reports
 
     def _max_splits(self, left: int) -> int:
         """How many splits to ask for (``SplitBatch``; at most once: a couple)."""

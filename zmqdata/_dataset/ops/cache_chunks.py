@@ -13,8 +13,9 @@ its chunk (``IterContext.chunk``):
   (the rest of its split was delivered before) commits nothing.
 
 A chunk that cannot be read (removed, damaged) is made again instead, and a
-chunk that cannot be written (a full disk) is given up with a warning: the
-read goes on either way, and the split stays unwritten.
+chunk that cannot be written (a full disk) is given up, its reason reported
+(the job's save fails with it; the next job writes the snapshot again): the
+read goes on either way.
 
 >>> import tempfile, numpy as np, zmqdata as zd
 >>> from zmqdata._dataset.iterator import IterContext, ListSplitProvider, SplitChunk
@@ -25,14 +26,15 @@ read goes on either way, and the split stays unwritten.
 ...     ctx = IterContext(find_split_source(root), ListSplitProvider([[4, 7]]), chunk=chunk)
 ...     return [int(x) for x in make_iterator(root, ctx)]
 >>> reports = []
->>> run(SplitChunk(1, None, reports.append)), reports[0][0], reports[0][2]
+>>> run(SplitChunk(1, None, reports.append, print)), reports[0][0], reports[0][2]
 ([8, 10, 12], 1, 3)
->>> run(SplitChunk(1, reports[0][1:], reports.append))  # read back
+>>> run(SplitChunk(1, reports[0][1:], reports.append, print))  # read back
 [8, 10, 12]
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
@@ -128,16 +130,23 @@ class SplitChunkIterator(DatasetIterator):
         )
 
     def _give_up(self, error: ZmqDataError) -> None:
-        """The chunk cannot be written: the split streams on, unwritten."""
+        """The chunk cannot be written: the split streams on, unwritten.
+
+        The job's save fails with the reason (``SplitChunk.failed``): the job
+        reads on without writing, and the next job tries again.
+        """
         logger.warning(
             "snapshot %s: %s; the split is not written", self._directory, error
         )
+        self._split.failed(error.message)
         self._drop()
 
     def _drop(self) -> None:
+        """The chunk being written is not committed: its temporary file goes."""
         writer, self._writer = self._writer, None
         if writer is not None:
-            writer.__exit__(GeneratorExit, GeneratorExit(), None)
+            with contextlib.suppress(OSError, ZmqDataError):  # (a full disk, again)
+                writer.__exit__(GeneratorExit, GeneratorExit(), None)
 
     def close(self) -> None:
         self._drop()
