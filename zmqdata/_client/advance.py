@@ -6,7 +6,8 @@ is a function of the dataset, the seed and R alone (``_wire/deal.py``), so
 skipping ``k`` elements is arithmetic on the position's tokens
 (``deal.advance``), except to find where an epoch ends when the dataset's size
 is not known from its cardinality: then the splits of the epoch are counted
-here, by running them, as far as the advance reaches (``dataset``).
+here (folded where they can be, else run), as far as the advance reaches
+(``dataset``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from zmqdata._client.position import positions_in, replaced
-from zmqdata._dataset import plans, saved
+from zmqdata._dataset import saved
 from zmqdata._dataset.dataset import Dataset
-from zmqdata._dataset.iterator import IterContext
-from zmqdata._dataset.ops.source import find_split_source
-from zmqdata._dataset.ops.split_runs import run_split
+from zmqdata._dataset.lineage_records import DealtEpoch
 from zmqdata._wire import deal
 from zmqdata.errors import InvalidArgumentError
 
@@ -99,20 +98,19 @@ def _the_position(state: Any) -> tuple[Any, Any]:
 
 
 def _epoch_size(dataset: Dataset) -> deal.EpochSize:
-    """Counts an epoch's elements by running its splits in its order, as far as needed."""
-    root = dataset._node
-    source = find_split_source(root)
-    splits = plans.dealt_splits(root)
+    """Counts an epoch's elements in its order from a position's anchor, as far as needed.
+
+    A split's count folds from the cardinality where it can, else the split
+    is run (``lineage_records.DealtEpoch``).
+    """
 
     def size(position: deal.DealtPosition, limit: int) -> int | None:
-        order = deal.split_order(position.seed, position.epoch, len(splits))
+        epoch = DealtEpoch(dataset._node, position.seed, position.epoch)
         ordinal, offset = position.anchor
-        for q in range(ordinal, len(splits)):
+        for q in range(ordinal, epoch.splits):
             if offset > limit:
                 return None
-            run = run_split(root, source, splits[int(order[q])], IterContext())
-            with run:
-                offset += sum(1 for _ in run)
+            offset += epoch.count(q)
         return offset
 
     return size

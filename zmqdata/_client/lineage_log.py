@@ -29,7 +29,7 @@ import numpy as np
 from zmqdata._client.position import positions_in
 from zmqdata._dataset.dataset import Dataset
 from zmqdata._dataset.iterator import DatasetIterator
-from zmqdata._dataset.lineage_records import DealtEpoch, records_at
+from zmqdata._dataset.lineage_records import records_at, traced
 from zmqdata._dataset.validate import check_int
 from zmqdata._wire import deal
 from zmqdata._wire.lineage import Ranges
@@ -191,7 +191,7 @@ def _elements(
     dataset: Dataset, segment: dict[str, Any], first: int, end: int | None
 ) -> list[dict[str, Any]]:
     """The records of elements ``first`` to ``end`` (None: its last) a segment's rank took."""
-    epoch = DealtEpoch(dataset._node, segment["seed"], segment["epoch"])
+    epoch = traced(dataset._node, segment["seed"], segment["epoch"])
     R, r = segment["num_consumers"], segment["consumer_index"]
     stream = deal.Stream(segment["stream"][0], Ranges(segment["stream"][1:]))
     if end is None:

@@ -85,11 +85,22 @@ def lineage(
     if root.op in (mix.SAMPLE, mix.CHOOSE):
         sources = _mixture(root, seed, R, epoch, positions)
     else:
-        sources = _single(DealtEpoch(root, seed, epoch), R, positions)
+        sources = _single(traced(root, seed, epoch), R, positions)
     return [
         {"position": p, "consumer_index": p % R, "step": p // R, "sources": found}
         for p, found in zip(positions, sources, strict=True)
     ]
+
+
+def traced(root: Node, seed: int | None, epoch: int) -> DealtEpoch:
+    """The ``DealtEpoch`` lineage traces; a pipeline with a snapshot is refused."""
+    persisted = [n.op for n in split_runs.main_chain(root) if n.op in PERSISTED]
+    if persisted:
+        raise InvalidArgumentError(
+            f"lineage does not read a pipeline with {persisted[0]}() before "
+            "distribute: its splits are the snapshot's chunks"
+        )
+    return DealtEpoch(root, seed, epoch)
 
 
 def _single(epoch: DealtEpoch, R: int, positions: range) -> list[list[Record]]:
@@ -123,12 +134,6 @@ class DealtEpoch:
     """
 
     def __init__(self, root: Node, seed: int | None, epoch: int) -> None:
-        persisted = [n.op for n in split_runs.main_chain(root) if n.op in PERSISTED]
-        if persisted:
-            raise InvalidArgumentError(
-                f"lineage does not read a pipeline with {persisted[0]}() before "
-                "distribute: its splits are the snapshot's chunks"
-            )
         split_runs.check_dealt(root)
         self._root = root.fresh()
         source = self._source = find_split_source(self._root)
@@ -167,12 +172,17 @@ class DealtEpoch:
             pass
         return self._ends[-1] if self._ends else 0
 
+    @property
+    def splits(self) -> int:
+        """How many splits the epoch has."""
+        return len(self._order)
+
     def _count_next(self) -> bool:
         """Counts the first ordinal not counted yet; False if every one is."""
         ends = self._ends
         if len(ends) == len(self._order):
             return False
-        ends.append((ends[-1] if ends else 0) + self._count(len(ends)))
+        ends.append((ends[-1] if ends else 0) + self.count(len(ends)))
         return True
 
     def keys(self, ordinal: int, indices: Iterable[int]) -> dict[int, tuple[int, ...]]:
@@ -201,7 +211,7 @@ class DealtEpoch:
             return {"index": key, "path": source.args["files"][key]}
         return {"index": key}
 
-    def _count(self, ordinal: int) -> int:
+    def count(self, ordinal: int) -> int:
         """The elements split ``ordinal`` makes: folded, else run and counted."""
         lo, hi = self.bounds(ordinal)
         n = hi - lo
@@ -282,7 +292,7 @@ def _mixture(
             "lineage replays a mixture's choices: sample_from_datasets needs a "
             "seed (without one, every rank and every run draws its own)"
         )
-    epochs = [DealtEpoch(each, seed, epoch) for each in inputs]
+    epochs = [traced(each, seed, epoch) for each in inputs]
     steps = positions[-1] // R + 1 if positions else 0
     draws = _draws(node, epochs, R, steps)
     if len(draws) < steps:

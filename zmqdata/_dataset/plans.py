@@ -6,8 +6,8 @@ replays a job's order without a cluster (``advance_position``, lineage)
 cuts it the same way from the pipeline.
 
 >>> import zmqdata as zd
->>> dealt_splits(zd.Dataset.range(1_000).map(abs).batch(8)._node)[:2]
-[[0, 16], [16, 32]]
+>>> dealt_split_size(zd.Dataset.range(1_000).map(abs).batch(8)._node)
+16
 """
 
 from __future__ import annotations
@@ -35,11 +35,3 @@ def dealt_split_size(root: Node) -> int:
     source = find_split_source(root)
     length = source.definition.cardinality(source, [])
     return split_size(length, DEALT_SPLIT_SIZE, whole_batch(root))
-
-
-def dealt_splits(root: Node) -> list[list[int]]:
-    """The ``[lo, hi]`` source ranges of a dealt job over ``root``, by source order."""
-    source = find_split_source(root)
-    length = source.definition.cardinality(source, [])
-    size = dealt_split_size(root)
-    return [[lo, min(lo + size, length)] for lo in range(0, length, size)]
