@@ -34,11 +34,12 @@ written).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from zmqdata._dataset import builders, snapshot, specs
+from zmqdata._dataset import builders, fs, snapshot, specs
 from zmqdata._dataset.node import Node
 from zmqdata._dataset.ops import cache
 from zmqdata._dataset.ops.split_runs import main_chain
@@ -50,6 +51,7 @@ from zmqdata.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    ZmqDataError,
 )
 
 if TYPE_CHECKING:
@@ -130,12 +132,13 @@ def check_job(msg: m.GetOrCreateJob, dataset: model.Dataset, whole: bool) -> Non
 
 
 def save_of(records: ClusterRecords, target: model.SnapshotTarget) -> model.Save | None:
-    """The save of ``target``'s folder: running or finished (the latest one)."""
-    found = None
-    for save in records.saves.values():
-        if save.by_jobs and save.path == target.directory and not save.error:
-            found = save
-    return found
+    """The save of ``target``'s folder: running or finished (None: none, or it failed).
+
+    A folder's saves follow one another only when the one before failed
+    (``open_save``), so the latest is the one that counts.
+    """
+    save = _latest(records, target)
+    return None if save is None or save.error else save
 
 
 def open_save(state: DispatcherState, dataset: model.Dataset) -> None:
@@ -207,7 +210,9 @@ def took(state: DispatcherState, dataset: model.Dataset, msg: m.GetSplit) -> Non
     """What a task's snapshot writes did: the first chunk of each split is listed.
 
     A chunk it could not write fails the save with the reason: the job reads
-    on without writing, and the next job opens a new save.
+    on without writing, and the next job opens a new save. A chunk reported
+    once the snapshot is finished (a second writer of its split, later than
+    the manifest's pruning) is removed.
     """
     from zmqdata._dispatcher import save_requests
 
@@ -215,11 +220,21 @@ def took(state: DispatcherState, dataset: model.Dataset, msg: m.GetSplit) -> Non
     save = None if target is None else save_of(state.records, target)
     if save is None or not (msg.chunks or msg.chunk_failed):
         return
-    if msg.chunk_failed:
+    if save.ended:
+        _remove_late(save, msg.chunks)
+    elif msg.chunk_failed:
         error = f"a worker could not write a chunk: {msg.chunk_failed}"
         save_requests.fail(state, save, error)
     else:
         save_requests.take_chunks(state, save, msg.chunks)
+
+
+def _remove_late(save: model.Save, chunks: list[list[Any]]) -> None:
+    """Removes the chunks reported to the finished ``save`` that it does not list."""
+    for ordinal, name, *_ in chunks:
+        if save.chunks.get(ordinal, [None])[0] != name:
+            with contextlib.suppress(OSError, ZmqDataError):
+                fs.remove(snapshot.chunk_path(save.path, name))
 
 
 def words(
@@ -252,7 +267,7 @@ def status(
     dynamic = job.processing_mode == ShardingPolicy.DYNAMIC
     if target is None or not target.directory or not dynamic:
         return None
-    save = save_of(records, target) or _latest(records, target)
+    save = _latest(records, target)
     said: dict[str, Any] = {
         "path": target.directory,
         "state": "writing",
@@ -268,9 +283,11 @@ def status(
 
 def _latest(records: ClusterRecords, target: model.SnapshotTarget) -> model.Save | None:
     """The latest save of ``target``'s folder, failed ones included."""
-    saves = [
-        save
-        for save in records.saves.values()
-        if save.by_jobs and save.path == target.directory
-    ]
-    return saves[-1] if saves else None
+    return next(
+        (
+            save
+            for save in reversed(records.saves.values())
+            if save.by_jobs and save.path == target.directory
+        ),
+        None,
+    )
