@@ -431,3 +431,11 @@ def test_an_element_the_save_cannot_keep_raises_naming_it_and_keeps_nothing(
         list(ds)
     assert listing(ds) in ([], ["chunks"])
     assert len(list(zd.Dataset.range(3).map(lambda x: {int(x): x}).cache())) == 3
+
+
+def test_a_cache_in_memory_takes_functions_that_cannot_be_pickled():
+    import threading
+
+    lock = threading.Lock()  # cloudpickle cannot pickle a lock: no fingerprint
+    ds = zd.Dataset.range(3).map(lambda x: (lock, x)[1]).cache()
+    assert [int(x) for x in ds] == [0, 1, 2]

@@ -29,13 +29,14 @@ from __future__ import annotations
 from collections import deque
 
 from zmqdata._dataset import graph
+from zmqdata._dataset.ops.cache import CHUNK_SPLIT_SIZE
 from zmqdata._dataset.ops.split_runs import WHOLE_DATASET_OPS
 from zmqdata._dispatcher import dealing, model
 from zmqdata._dispatcher.splits import Splits
 from zmqdata.errors import InvalidArgumentError
 
-SPLIT_SIZE = (1, 256)
-"""Source elements per split of a save, so per chunk: about
+SPLIT_SIZE = CHUNK_SPLIT_SIZE
+"""Source elements per split of a save, so per chunk (as a snapshot's): about
 ``SPLITS_PER_PASS`` chunks, of at most 256 source elements (256 images of
 150 KB: a 38 MB chunk), a multiple of the first ``batch``."""
 

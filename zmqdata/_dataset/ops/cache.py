@@ -129,10 +129,10 @@ def build(op: str, input_node: Node, place: Any, compression: Any = None) -> Nod
 
     Raises ``InvalidArgumentError`` naming a bad path or compression.
     """
-    fingerprint = graph.fingerprint(graph.serialize(input_node))
     if op == "cache":
         if not isinstance(place, str):
             raise TypeError(f"cache filename must be a str, got {place!r}")
+        fingerprint = _fingerprint(input_node) if place else ""  # memory: none
         return Node(
             "cache", {"filename": place, "fingerprint": fingerprint}, (input_node,)
         )
