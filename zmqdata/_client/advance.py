@@ -33,22 +33,15 @@ def advance_position(
     Past the epoch's end it moves into the next epoch. Where the dataset's
     size is not known from its cardinality (a ``filter``, a ``pack`` before
     ``distribute``), pass ``dataset``, the pipeline before ``distribute``: the
-    splits the advance spans are run here, to count them.
+    splits the advance spans are counted here (folded where the cardinality
+    says it, else run).
 
     Raises ``InvalidArgumentError`` for a position that is not a merged
     multi-rank position, or a bad ``elements``; ``FailedPreconditionError``
     where the epoch's end is needed and unknown (no ``dataset``).
     """
-    if not isinstance(position, bytes):
-        raise TypeError(
-            f"advance_position takes merge_positions()' bytes, got {type(position).__name__}"
-        )
-    if dataset is not None and not isinstance(dataset, Dataset):
-        raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
-    state = saved.decode(position)
-    path, found = _the_position(state)
-    counted = None if dataset is None else _epoch_size(dataset)
-    return saved.encode(replaced(state, path, deal.advance(found, elements, counted)))
+    state, path, found = _read(position, dataset, "advance_position")
+    return _advanced(state, path, found, elements, dataset)
 
 
 def skip_steps(
@@ -66,16 +59,38 @@ def skip_steps(
     for name, value in (("steps", steps), ("elements_per_step", elements_per_step)):
         if type(value) is not int or value < 0:
             raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+    state, path, found = _read(position, dataset, "skip_steps")
+    ranks = deal.DealtPosition.from_state(found).ranks or 1
+    elements = steps * ranks * elements_per_step
+    return _advanced(state, path, found, elements, dataset)
+
+
+def _read(position: Any, dataset: Any, what: str) -> tuple[Any, tuple[Any, ...], Any]:
+    """The state ``position`` holds, its one multi-rank position and where that is."""
     if not isinstance(position, bytes):
         raise TypeError(
-            f"skip_steps takes merge_positions()' bytes, got {type(position).__name__}"
+            f"{what} takes merge_positions()' bytes, got {type(position).__name__}"
         )
-    _, found = _the_position(saved.decode(position))
-    ranks = deal.DealtPosition.from_state(found).ranks or 1
-    return advance_position(position, steps * ranks * elements_per_step, dataset)
+    if dataset is not None and not isinstance(dataset, Dataset):
+        raise TypeError(f"dataset must be a Dataset, got {type(dataset).__name__}")
+    state = saved.decode(position)
+    path, found = _the_position(state)
+    return state, path, found
 
 
-def _the_position(state: Any) -> tuple[Any, Any]:
+def _advanced(
+    state: Any,
+    path: tuple[Any, ...],
+    found: Any,
+    elements: int,
+    dataset: Dataset | None,
+) -> bytes:
+    """``state`` with its position at ``path`` (``found``) ``elements`` further on."""
+    counted = None if dataset is None else _epoch_size(dataset)
+    return saved.encode(replaced(state, path, deal.advance(found, elements, counted)))
+
+
+def _the_position(state: Any) -> tuple[tuple[Any, ...], Any]:
     """The one multi-rank position in ``state``, and where it is.
 
     A mixture of reads holds one per source, and which of them the next
